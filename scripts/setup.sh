@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what Pagoda needs from Debian packages (and, with --test, the
+# pinned npm test oracles). Idempotent and quiet when everything is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=0
+[[ "${1:-}" == "--test" ]] && want_tests=1
+
+packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev
+          libfmt-dev libspdlog-dev libxxhash-dev libicu-dev)
+if (( want_tests )); then
+  packages+=(libgtest-dev libgmock-dev python3-numpy)
+  command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if (( ${#missing[@]} )); then
+  echo "setup: installing ${missing[*]}"
+  apt_get=(apt-get)
+  [[ $(id -u) -ne 0 ]] && apt_get=(sudo apt-get)
+  "${apt_get[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if (( want_tests )) && [[ -f tests/js/package-lock.json ]]; then
+  if [[ ! -d tests/js/node_modules ]] || [[ tests/js/package-lock.json -nt tests/js/node_modules ]]; then
+    echo "setup: npm ci (tests/js)"
+    (cd tests/js && npm ci --silent --no-audit --no-fund)
+  fi
+fi

@@ -1,0 +1,21 @@
+// `pagoda` subcommands. Each registers its flags on the CLI11 app and
+// returns the function that runs it (exit code).
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/llm_engine.h"
+
+namespace pagoda::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_generate_command(CLI::App& app);
+Runner add_logits_command(CLI::App& app);
+
+// Engine flags shared by every command that loads a model.
+void add_engine_flags(CLI::App& cmd, EngineOptions& options);
+
+}  // namespace pagoda::cli

@@ -1,0 +1,144 @@
+// `pagoda generate`: offline generation for prompts from flags or a file.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/prompt_file.h"
+#include "core/error.h"
+#include "engine/llm.h"
+
+namespace pagoda::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::vector<std::string> prompts;
+  std::string prompts_file;
+  bool json = false;
+  bool no_progress = false;
+  int64_t seed = -1;
+  SamplingParams sampling;
+  EngineOptions engine;
+};
+
+void add_sampling_flags(CLI::App& cmd, SamplingParams& s, int64_t& seed) {
+  cmd.add_option("--max-tokens,-n", s.max_tokens, "Most tokens to generate per prompt")
+      ->capture_default_str();
+  cmd.add_option("--min-tokens", s.min_tokens, "Tokens to generate before EOS/stop ids may end it")
+      ->capture_default_str();
+  cmd.add_option("--temperature,-t", s.temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  cmd.add_option("--top-p", s.top_p, "Nucleus sampling: keep the most likely tokens up to this mass")
+      ->capture_default_str();
+  cmd.add_option("--top-k", s.top_k, "Keep only the k most likely tokens (0 or -1 = all)")
+      ->capture_default_str();
+  cmd.add_option("--min-p", s.min_p, "Drop tokens less likely than min-p x the top token's probability")
+      ->capture_default_str();
+  cmd.add_option("--seed", seed, "Random seed per request (same seed, same output)")
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
+  cmd.add_option("--repetition-penalty", s.repetition_penalty,
+                 "Penalise tokens already in the prompt or output (>1 discourages)")
+      ->capture_default_str();
+  cmd.add_option("--presence-penalty", s.presence_penalty,
+                 "Subtract from logits of tokens already generated, once")
+      ->capture_default_str();
+  cmd.add_option("--frequency-penalty", s.frequency_penalty,
+                 "Subtract from logits per occurrence in the output")
+      ->capture_default_str();
+  cmd.add_option("--stop", s.stop, "Stop string (repeatable); not included in the output");
+  cmd.add_option("--stop-token-ids", s.stop_token_ids, "Token ids that end generation (comma list)")
+      ->delimiter(',');
+  cmd.add_flag("--ignore-eos", s.ignore_eos, "Keep generating after the EOS token");
+  cmd.add_option("--logprobs", s.logprobs,
+                 "Report the chosen token's logprob and the top N alternatives (JSON output)");
+}
+
+void print_progress(size_t done, size_t total) {
+  const int width = 40;
+  const int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu", filled, "========================================",
+               width - filled, "", done, total);
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+nlohmann::json output_json(const RequestOutput& out, const std::string& prompt, const Tokenizer& tok) {
+  nlohmann::json j = {
+      {"prompt", prompt},
+      {"prompt_token_ids", out.prompt_ids},
+      {"text", out.text},
+      {"token_ids", out.token_ids},
+      {"finish_reason", finish_reason_name(out.finish_reason)},
+      {"metrics",
+       {{"prompt_tokens", out.metrics.num_prompt_tokens},
+        {"output_tokens", out.metrics.num_output_tokens},
+        {"time_to_first_token_s", out.metrics.time_to_first_token_s},
+        {"time_per_output_token_s", out.metrics.time_per_output_token_s},
+        {"e2e_latency_s", out.metrics.e2e_latency_s}}}};
+  if (!out.logprobs.empty()) {
+    nlohmann::json lp = nlohmann::json::array();
+    for (const SampledToken& s : out.logprobs) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [id, logprob] : s.top_logprobs) {
+        top.push_back({{"token_id", id}, {"token", tok.id_to_token(id)}, {"logprob", logprob}});
+      }
+      lp.push_back({{"token_id", s.token}, {"logprob", s.logprob}, {"top_logprobs", top}});
+    }
+    j["logprobs"] = lp;
+  }
+  return j;
+}
+
+int run_generate(GenerateArgs& a) {
+  if (a.seed >= 0) a.sampling.seed = static_cast<uint64_t>(a.seed);
+  a.sampling.validate();
+  std::vector<Prompt> prompts;
+  for (const std::string& p : a.prompts) prompts.push_back(Prompt::from_text(p));
+  if (!a.prompts_file.empty()) {
+    for (Prompt& p : read_prompt_file(a.prompts_file)) prompts.push_back(std::move(p));
+  }
+  if (prompts.empty()) throw_input_error("no prompts: give --prompt TEXT or --prompts-file FILE");
+
+  LLM llm(a.model, a.engine);
+  const bool show_progress = !a.no_progress && prompts.size() > 1 && isatty(STDERR_FILENO);
+  const auto outputs = llm.generate(prompts, {a.sampling},
+                                    show_progress ? LLM::Progress(print_progress) : nullptr);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string prompt_text = prompts[i].token_ids.empty()
+                                        ? prompts[i].text
+                                        : llm.tokenizer().decode(prompts[i].token_ids);
+    if (a.json) {
+      std::cout << output_json(outputs[i], prompt_text, llm.tokenizer()).dump() << "\n";
+    } else {
+      std::cout << prompt_text << outputs[i].text << "\n";
+      if (i + 1 < outputs.size()) std::cout << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text for prompts (offline batch)");
+  cmd->add_option("--model,-m", args->model, "Model directory (Hugging Face layout)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--prompt,-p", args->prompts, "Prompt text (repeatable)");
+  cmd->add_option("--prompts-file", args->prompts_file,
+                  "File of prompts: one per line, or .jsonl with \"prompt\"/\"prompt_token_ids\"")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--json", args->json, "Print one JSON object per prompt (ids, text, metrics)");
+  cmd->add_flag("--no-progress", args->no_progress, "Do not draw a progress bar on stderr");
+  add_sampling_flags(*cmd, args->sampling, args->seed);
+  add_engine_flags(*cmd, args->engine);
+  return [args] { return run_generate(*args); };
+}
+
+}  // namespace pagoda::cli

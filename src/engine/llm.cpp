@@ -1,0 +1,60 @@
+#include "engine/llm.h"
+
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+LLM::LLM(const std::string& model_dir, const EngineOptions& options) : engine_(model_dir, options) {}
+
+std::vector<int32_t> LLM::encode(const std::string& text) const {
+  return engine_.tokenizer().encode(text, /*add_special_tokens=*/true);
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
+                                         const std::vector<SamplingParams>& params,
+                                         const Progress& progress) {
+  if (params.size() != 1 && params.size() != prompts.size()) {
+    throw_input_error("got {} sampling parameter sets for {} prompts", params.size(), prompts.size());
+  }
+  // Tokenize and validate everything first, so a bad prompt fails the call
+  // before any work is queued.
+  std::vector<std::vector<int32_t>> ids(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ids[i] = prompts[i].token_ids.empty() ? encode(prompts[i].text) : prompts[i].token_ids;
+    (params.size() == 1 ? params[0] : params[i]).validate();
+  }
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string id = "offline-" + std::to_string(next_request_id_++);
+    index[id] = i;
+    try {
+      engine_.add_request(id, std::move(ids[i]), params.size() == 1 ? params[0] : params[i]);
+    } catch (const InputError& e) {
+      for (const auto& [queued, _] : index) engine_.abort_request(queued);
+      engine_.step();  // reports (and forgets) the aborted requests
+      throw InputError("prompt " + std::to_string(i) + ": " + e.what());
+    }
+  }
+  std::vector<RequestOutput> results(prompts.size());
+  size_t done = 0;
+  while (engine_.has_unfinished()) {
+    for (RequestOutput& out : engine_.step()) {
+      if (!out.finished) continue;
+      results[index.at(out.request_id)] = std::move(out);
+      ++done;
+    }
+    if (progress) progress(done, prompts.size());
+  }
+  return results;
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts,
+                                         const SamplingParams& params) {
+  std::vector<Prompt> p;
+  for (const std::string& t : prompts) p.push_back(Prompt::from_text(t));
+  return generate(p, std::vector<SamplingParams>{params});
+}
+
+}  // namespace pagoda

@@ -1,0 +1,206 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace pagoda {
+
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// MemAvailable from /proc/meminfo in bytes (0 if unknown).
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
+    : options_(options) {
+  if (options.block_size < 1) throw_input_error("block size must be >= 1, got {}", options.block_size);
+  if (options.max_num_seqs < 1) throw_input_error("max_num_seqs must be >= 1");
+  if (options.max_num_batched_tokens < 1) throw_input_error("max_num_batched_tokens must be >= 1");
+  if (options.num_threads > 0) set_num_threads(options.num_threads);
+
+  model_ = load_model(model_dir);
+  tokenizer_ = Tokenizer::load(model_dir);
+  const ModelConfig& config = model_->config();
+  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+  if (max_model_len_ <= 0) max_model_len_ = 2048;
+
+  eos_ids_ = config.eos_token_ids;
+  if (eos_ids_.empty() && tokenizer_->eos_token_id()) eos_ids_.push_back(*tokenizer_->eos_token_id());
+
+  // KV pool: every block holds block_size positions of every layer.
+  const int64_t bytes_per_block = model_->kv_cache_spec().bytes_per_token() * options.block_size;
+  const int64_t blocks_per_seq = (max_model_len_ + options.block_size - 1) / options.block_size;
+  int64_t budget = options.kv_cache_memory;
+  if (budget <= 0) {  // enough for max_num_seqs full-length sequences, within half the free RAM
+    budget = std::min<int64_t>(blocks_per_seq * bytes_per_block * options.max_num_seqs,
+                               available_memory_bytes() / 2);
+  }
+  const int64_t num_blocks = budget / bytes_per_block;
+  if (num_blocks < blocks_per_seq) {
+    throw_input_error(
+        "KV cache of {} bytes holds {} blocks of {} tokens, fewer than one sequence of "
+        "max_model_len {} needs ({} blocks); raise --kv-cache-memory or lower --max-model-len",
+        budget, num_blocks, options.block_size, max_model_len_, blocks_per_seq);
+  }
+  blocks_ = std::make_unique<BlockAllocator>(static_cast<int32_t>(num_blocks));
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size},
+      *blocks_);
+  runner_ = std::make_unique<ModelRunner>(*model_, num_blocks, options.block_size);
+}
+
+LLMEngine::~LLMEngine() = default;
+
+void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                            const SamplingParams& params) {
+  params.validate();
+  if (requests_.count(request_id)) throw_input_error("duplicate request id '{}'", request_id);
+  if (prompt_ids.empty()) throw_input_error("the prompt is empty");
+  if (static_cast<int64_t>(prompt_ids.size()) >= max_model_len_) {
+    throw_input_error("the prompt has {} tokens, but the model's context length is {}",
+                      prompt_ids.size(), max_model_len_);
+  }
+  const int64_t vocab = model_->config().vocab_size;
+  for (int32_t id : prompt_ids) {
+    if (id < 0 || id >= vocab) throw_input_error("token id {} is outside the vocabulary [0, {})", id, vocab);
+  }
+  auto request = std::make_unique<Request>(request_id, std::move(prompt_ids), params, tokenizer_.get());
+  scheduler_->add(request.get());
+  requests_.emplace(request_id, std::move(request));
+}
+
+bool LLMEngine::abort_request(const std::string& request_id) {
+  const auto it = requests_.find(request_id);
+  if (it == requests_.end() || it->second->finished()) return false;
+  finish(*it->second, FinishReason::Abort);
+  aborted_.push_back(it->second.get());
+  return true;
+}
+
+void LLMEngine::finish(Request& r, FinishReason reason) {
+  scheduler_->finish(&r);
+  r.finish_reason = reason;
+  r.finish_time = Clock::now();
+}
+
+void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
+  const int32_t token = sampled.token;
+  r.output_ids.push_back(token);
+  if (r.params.logprobs >= 0) r.logprobs.push_back(sampled);
+  if (r.output_ids.size() == 1) r.first_token_time = Clock::now();
+
+  const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+  const auto& stop_ids = r.params.stop_token_ids;
+  if ((is_eos && !r.params.ignore_eos) ||
+      std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    finish(r, FinishReason::Stop);  // the stop token's own text is not shown
+    return;
+  }
+  const std::string piece = r.detokenizer->push(token);
+  r.output_text += piece;
+  if (const auto cut = r.stop_checker.find(r.output_text, piece.size())) {
+    r.output_text.resize(*cut);
+    finish(r, FinishReason::Stop);
+    return;
+  }
+  if (static_cast<int64_t>(r.output_ids.size()) >= r.params.max_tokens ||
+      r.num_tokens() >= max_model_len_) {
+    r.output_text += r.detokenizer->flush();
+    if (const auto cut = r.stop_checker.find(r.output_text, r.output_text.size())) {
+      r.output_text.resize(*cut);
+      finish(r, FinishReason::Stop);
+      return;
+    }
+    finish(r, FinishReason::Length);
+  }
+}
+
+RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
+  RequestOutput out;
+  out.request_id = r.request_id;
+  out.prompt_ids = r.prompt_ids;
+  out.token_ids = r.output_ids;
+  out.new_token_ids.assign(r.output_ids.end() - static_cast<std::ptrdiff_t>(num_new_tokens),
+                           r.output_ids.end());
+  // While running, hold back a tail that could still become a stop string.
+  size_t visible = r.output_text.size();
+  if (!r.finished()) visible -= std::min(visible, r.stop_checker.hold_back(r.output_text));
+  visible = std::max(visible, r.num_text_bytes_sent);
+  out.text = r.output_text.substr(0, visible);
+  out.new_text = r.output_text.substr(r.num_text_bytes_sent, visible - r.num_text_bytes_sent);
+  r.num_text_bytes_sent = visible;
+  out.finished = r.finished();
+  out.finish_reason = r.finish_reason;
+  out.logprobs = r.logprobs;
+
+  RequestMetrics& m = out.metrics;
+  m.num_prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
+  m.num_output_tokens = static_cast<int64_t>(r.output_ids.size());
+  m.num_preemptions = r.num_preemptions;
+  if (!r.output_ids.empty()) {
+    m.time_to_first_token_s = seconds_between(r.arrival_time, r.first_token_time);
+  }
+  if (r.finished()) {
+    m.e2e_latency_s = seconds_between(r.arrival_time, r.finish_time);
+    if (r.output_ids.size() > 1) {
+      m.time_per_output_token_s = seconds_between(r.first_token_time, r.finish_time) /
+                                  static_cast<double>(r.output_ids.size() - 1);
+    }
+  }
+  return out;
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  std::vector<RequestOutput> outputs;
+  for (Request* r : aborted_) {
+    outputs.push_back(make_output(*r, 0));
+    requests_.erase(r->request_id);
+  }
+  aborted_.clear();
+
+  const SchedulerOutput sched = scheduler_->schedule();
+  if (sched.empty()) return outputs;
+  std::vector<int32_t> sampling_rows;
+  runner_->execute(sched, &sampling_rows);
+  scheduler_->on_step_done(sched);
+
+  std::vector<Request*> done;
+  for (size_t i = 0; i < sampling_rows.size(); ++i) {
+    Request& r = *sched.scheduled[sampling_rows[i]].request;
+    float* logits = runner_->logits_row(i);
+    const int64_t vocab = runner_->vocab_size();
+    if (logits_observer_) logits_observer_(r.request_id, logits, vocab);
+    const std::span<const int32_t> stop_ids =
+        r.params.ignore_eos ? std::span<const int32_t>() : std::span<const int32_t>(eos_ids_);
+    std::vector<int32_t> all_stop_ids(stop_ids.begin(), stop_ids.end());
+    all_stop_ids.insert(all_stop_ids.end(), r.params.stop_token_ids.begin(),
+                        r.params.stop_token_ids.end());
+    const SampledToken sampled = sample_token(std::span<float>(logits, vocab), r.params,
+                                              r.prompt_ids, r.output_ids, all_stop_ids, r.rng);
+    append_token(r, sampled);
+    outputs.push_back(make_output(r, 1));
+    if (r.finished()) done.push_back(&r);
+  }
+  for (Request* r : done) requests_.erase(r->request_id);
+  return outputs;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,104 @@
+// The engine loop: schedule -> run the model -> sample -> update requests.
+// LLM (offline) and, later, the async server engine drive it with step().
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "kv/block_allocator.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+struct EngineOptions {
+  int64_t kv_cache_memory = 0;  // bytes for the KV pool; 0 = sized automatically
+  int32_t block_size = 16;      // tokens per KV block
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
+  int num_threads = 0;        // 0 = all cores
+};
+
+struct RequestMetrics {
+  int64_t num_prompt_tokens = 0;
+  int64_t num_output_tokens = 0;
+  int64_t num_preemptions = 0;
+  double time_to_first_token_s = 0;
+  double time_per_output_token_s = 0;  // after the first token
+  double e2e_latency_s = 0;
+};
+
+// A request's state after a step: cumulative ids and text, plus what is new.
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> token_ids;  // all generated ids so far
+  std::string text;                // all text safe to show so far
+  std::vector<int32_t> new_token_ids;
+  std::string new_text;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::None;
+  std::vector<SampledToken> logprobs;  // all so far, when requested
+  RequestMetrics metrics;
+};
+
+class LLMEngine {
+ public:
+  LLMEngine(const std::string& model_dir, const EngineOptions& options);
+  ~LLMEngine();
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelConfig& model_config() const { return model_->config(); }
+  int64_t max_model_len() const { return max_model_len_; }
+  int32_t num_kv_blocks() const { return blocks_->num_blocks(); }
+  int32_t num_free_kv_blocks() const { return blocks_->num_free(); }
+  const EngineOptions& options() const { return options_; }
+
+  // Validates and queues a request; throws InputError for bad params, an
+  // empty or too long prompt, token ids outside the vocabulary, or a
+  // duplicate id.
+  void add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                   const SamplingParams& params);
+  // Finishes a request at once with reason Abort; false if unknown.
+  bool abort_request(const std::string& request_id);
+
+  // Runs one step; returns an output for every request that produced a
+  // token, finished or was aborted in it. Finished requests are forgotten.
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return scheduler_->has_unfinished(); }
+  size_t num_running() const { return scheduler_->num_running(); }
+  size_t num_waiting() const { return scheduler_->num_waiting(); }
+
+  // Sees each logits row just before it is sampled (tests and `pagoda logits`).
+  using LogitsObserver = std::function<void(const std::string& request_id, const float* logits,
+                                            int64_t vocab_size)>;
+  void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
+  // The last step's batch, for tests that check what was scheduled.
+  const BatchMetadata& last_batch() const { return runner_->last_batch(); }
+
+ private:
+  void append_token(Request& r, const SampledToken& sampled);
+  RequestOutput make_output(Request& r, size_t num_new_tokens);
+  void finish(Request& r, FinishReason reason);
+
+  EngineOptions options_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<CausalLM> model_;
+  int64_t max_model_len_ = 0;
+  std::vector<int32_t> eos_ids_;
+  std::unique_ptr<BlockAllocator> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> aborted_;  // reported by the next step()
+  LogitsObserver logits_observer_;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,64 @@
+// One generation request as the engine tracks it, from arrival to finish.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/stop_checker.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+using Clock = std::chrono::steady_clock;
+
+enum class RequestStatus { Waiting, Running, Finished };
+
+enum class FinishReason { None, Stop, Length, Abort };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abort", ""
+
+struct Request {
+  Request(std::string id, std::vector<int32_t> prompt, SamplingParams sampling,
+          const Tokenizer* tokenizer);
+
+  std::string request_id;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> output_ids;
+  SamplingParams params;
+  SequenceRng rng;
+
+  RequestStatus status = RequestStatus::Waiting;
+  FinishReason finish_reason = FinishReason::None;
+
+  // KV cache state: the blocks holding this request's tokens, in order, and
+  // how many of its tokens (prompt + output) already have K/V in them.
+  std::vector<int32_t> block_table;
+  int64_t num_computed_tokens = 0;
+  int64_t num_preemptions = 0;
+
+  // Output text, built incrementally; stop strings are cut from it.
+  std::unique_ptr<IncrementalDetokenizer> detokenizer;
+  StopChecker stop_checker;
+  std::string output_text;
+  size_t num_text_bytes_sent = 0;  // streamed so far (see LLMEngine::step)
+  std::vector<SampledToken> logprobs;  // one per output token when params.logprobs >= 0
+
+  Clock::time_point arrival_time = Clock::now();
+  Clock::time_point first_token_time{};
+  Clock::time_point finish_time{};
+
+  int64_t num_tokens() const {
+    return static_cast<int64_t>(prompt_ids.size() + output_ids.size());
+  }
+  int32_t token_at(int64_t i) const {
+    const auto p = static_cast<int64_t>(prompt_ids.size());
+    return i < p ? prompt_ids[i] : output_ids[i - p];
+  }
+  bool finished() const { return status == RequestStatus::Finished; }
+};
+
+}  // namespace pagoda

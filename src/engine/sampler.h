@@ -1,0 +1,42 @@
+// Turns one sequence's logits into the next token under its SamplingParams.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace pagoda {
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;  // of the chosen token (only filled when params.logprobs >= 0)
+  // Top params.logprobs (id, logprob) pairs, best first.
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
+// Per-sequence random state: seeded from params.seed when given, otherwise
+// from a global random source.
+class SequenceRng {
+ public:
+  explicit SequenceRng(const SamplingParams& params);
+  std::mt19937_64& engine() { return rng_; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// Samples the next token. `logits` (vocab floats) is used as scratch and
+// changed. Logprobs are those of the raw model distribution (log_softmax of
+// the logits before penalties/temperature), as vLLM reports by default.
+// `stop_ids` are EOS + stop_token_ids; they are masked while
+// output_ids.size() < params.min_tokens.
+SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
+                          std::span<const int32_t> prompt_ids,
+                          std::span<const int32_t> output_ids,
+                          std::span<const int32_t> stop_ids, SequenceRng& rng);
+
+}  // namespace pagoda

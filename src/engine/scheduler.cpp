@@ -1,0 +1,83 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& blocks)
+    : config_(config), blocks_(blocks) {}
+
+void Scheduler::add(Request* request) { waiting_.push_back(request); }
+
+bool Scheduler::ensure_blocks(Request* request, int64_t num_tokens) {
+  const int64_t needed = (num_tokens + config_.block_size - 1) / config_.block_size;
+  const auto have = static_cast<int64_t>(request->block_table.size());
+  if (needed <= have) return true;
+  return blocks_.allocate(static_cast<int32_t>(needed - have), &request->block_table);
+}
+
+void Scheduler::preempt(Request* request) {
+  blocks_.free(request->block_table);
+  request->block_table.clear();
+  request->num_computed_tokens = 0;  // recomputed from scratch when resumed
+  request->status = RequestStatus::Waiting;
+  request->num_preemptions++;
+  waiting_.push_front(request);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int64_t budget = config_.max_num_batched_tokens;
+
+  // Running requests, oldest first; the newest are preempted to make room.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    bool scheduled = true;
+    while (!ensure_blocks(r, r->num_computed_tokens + n)) {
+      Request* victim = running_.back();
+      running_.pop_back();
+      preempt(victim);
+      out.preempted.push_back(victim);
+      if (victim == r) {
+        scheduled = false;
+        break;
+      }
+    }
+    if (!scheduled) break;
+    out.scheduled.push_back({r, n});
+    budget -= n;
+    ++i;
+  }
+
+  // Waiting requests, in order, while budget, sequence slots and blocks last.
+  // Nothing new is admitted in a step that had to preempt.
+  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Request* r = waiting_.front();
+    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    if (!ensure_blocks(r, r->num_computed_tokens + n)) break;
+    waiting_.pop_front();
+    r->status = RequestStatus::Running;
+    running_.push_back(r);
+    out.scheduled.push_back({r, n});
+    budget -= n;
+  }
+  return out;
+}
+
+void Scheduler::on_step_done(const SchedulerOutput& out) {
+  for (const ScheduledRequest& s : out.scheduled) s.request->num_computed_tokens += s.num_new_tokens;
+}
+
+void Scheduler::finish(Request* request) {
+  blocks_.free(request->block_table);
+  request->block_table.clear();
+  running_.erase(std::remove(running_.begin(), running_.end(), request), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), request), waiting_.end());
+  request->status = RequestStatus::Finished;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,61 @@
+// Decides, each step, which requests run and how many of their tokens each
+// computes (vLLM v1 style): running requests first (decodes and prefill
+// chunks), then waiting ones, under a token budget and a sequence cap, so
+// decode tokens and chunks of long prompts share one batch. When the block
+// pool runs dry the most recently admitted request is preempted: its blocks
+// are freed and it is recomputed later.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/request.h"
+#include "kv/block_allocator.h"
+
+namespace pagoda {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t block_size = 16;
+};
+
+struct ScheduledRequest {
+  Request* request = nullptr;
+  int64_t num_new_tokens = 0;  // tokens to compute this step, from num_computed_tokens
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;
+  std::vector<Request*> preempted;
+  bool empty() const { return scheduled.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, BlockAllocator& blocks);
+
+  void add(Request* request);  // joins the waiting queue (FCFS)
+  SchedulerOutput schedule();
+  // After the step ran: advances num_computed_tokens of the scheduled requests.
+  void on_step_done(const SchedulerOutput& out);
+  // Releases a finished or aborted request's blocks and drops it from the queues.
+  void finish(Request* request);
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+
+ private:
+  // Makes sure the request has blocks for `num_tokens` tokens.
+  bool ensure_blocks(Request* request, int64_t num_tokens);
+  void preempt(Request* request);
+
+  SchedulerConfig config_;
+  BlockAllocator& blocks_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // in admission order
+};
+
+}  // namespace pagoda

@@ -1,0 +1,66 @@
+// The model interface the engine drives: plain batch metadata in, logits out.
+// Models know nothing about requests, schedulers or block allocation; they
+// see the step's tokens, where each token's K/V goes (slot_mapping) and where
+// each sequence's K/V lives (block_tables).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/config.h"
+#include "ops/ops.h"
+
+namespace pagoda {
+
+// One forward step over several sequences, flattened (vLLM's varlen layout).
+struct BatchMetadata {
+  std::vector<int32_t> token_ids;        // [num_tokens] new tokens of all sequences
+  std::vector<int32_t> positions;        // [num_tokens] position of each token in its sequence
+  std::vector<int64_t> slot_mapping;     // [num_tokens] KV slot to write each token to
+  std::vector<int32_t> query_start_loc;  // [num_seqs + 1]
+  std::vector<int32_t> seq_lens;         // [num_seqs] cached + new tokens after this step
+  std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq], padded with 0
+  int32_t max_blocks_per_seq = 0;
+  // Rows of the flattened tokens whose logits are wanted (usually the last
+  // token of each sequence that finishes its prompt or decodes).
+  std::vector<int32_t> logits_indices;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int32_t num_seqs() const { return static_cast<int32_t>(seq_lens.size()); }
+};
+
+// Per-layer K/V storage the model reads and writes (owned by the engine).
+struct KVCacheView {
+  ops::KVLayout layout;
+  std::vector<float*> k;  // [num_layers] -> [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<float*> v;
+};
+
+// What a model needs from the KV cache, so the engine can size it.
+struct KVCacheSpec {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  std::vector<int64_t> layer_sliding_window;  // 0 = full attention
+  // Bytes one token position takes over all layers (K and V).
+  int64_t bytes_per_token() const { return num_layers * 2 * num_kv_heads * head_dim * 4; }
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual KVCacheSpec kv_cache_spec() const = 0;
+  // Runs one step: writes the new tokens' K/V into `kv`, and fills `logits`
+  // [batch.logits_indices.size(), vocab_size] (row-major).
+  virtual void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) = 0;
+};
+
+// Builds the model for DIR from config.json's architectures[0] (registry.cpp).
+// Throws InputError for an unknown architecture or a checkpoint that does not
+// match the config (tensor name, shape, dtype).
+std::unique_ptr<CausalLM> load_model(const std::string& dir);
+
+}  // namespace pagoda

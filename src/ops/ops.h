@@ -1,0 +1,102 @@
+// CPU kernels behind one interface. Every function here has a plain scalar
+// twin in ops/reference.h that tests compare against; the implementation
+// picks the fastest variant this CPU supports (ops/cpu/dispatch) at run time.
+//
+// Conventions: activations are f32, row-major; weights are f32 or bf16
+// row-major [rows = out_features, cols = in_features] as in HF checkpoints.
+// No function allocates in its hot path.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagoda::ops {
+
+// A read-only 2-D weight matrix [rows, cols], row-major, F32 or BF16.
+struct Matrix {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr).
+// x: [m, w.cols], y: [m, w.rows]; y must not alias x.
+void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y);
+
+// y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight; rows of length n.
+// y may alias x.
+void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y);
+
+// Fused pre-norm of the next sub-layer: residual += x; y = rms_norm(residual).
+void add_rms_norm(float* residual, const float* x, const float* weight, int64_t m, int64_t n,
+                  float eps, float* y);
+
+// Rotary embedding in place, Hugging Face "rotate_half" (NeoX) convention:
+// within each head, element i pairs with i + rot_dim/2 for i < rot_dim/2;
+// angle = positions[t] * inv_freq[i]. Elements at index >= rot_dim are left
+// alone (partial rotary). x: [num_tokens, num_heads, head_dim].
+void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
+          const float* inv_freq, int rot_dim);
+
+// out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j] for j < inter;
+// gate_up: [m, 2 * inter] (gate then up), out: [m, inter].
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);
+
+// Numerically stable in-place softmax of x[0..n).
+void softmax(float* x, int64_t n);
+
+// out[i, :] = table[ids[i], :] converted to f32; out: [m, table.cols].
+void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
+
+// ---- Paged KV cache -------------------------------------------------------
+// One layer's cache is two f32 arrays k_cache, v_cache of shape
+// [num_blocks, block_size, num_kv_heads, head_dim]. A token's slot is
+// block_id * block_size + offset_in_block.
+struct KVLayout {
+  int block_size = 16;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// Writes k/v rows [num_tokens, num_kv_heads, head_dim] to their slots.
+// A negative slot means "do not store" (padding).
+void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
+              const KVLayout& layout, float* k_cache, float* v_cache);
+
+// The sequences of one forward step, as attention sees them.
+struct AttentionBatch {
+  int num_seqs = 0;
+  // [num_seqs + 1]: sequence s owns query rows [query_start_loc[s], query_start_loc[s+1]).
+  const int32_t* query_start_loc = nullptr;
+  // [num_seqs]: number of keys of sequence s after this step (cached + new).
+  // The new tokens are the last (query_start_loc[s+1] - query_start_loc[s])
+  // of them, so new token j sees keys [0, seq_len - num_new + j].
+  const int32_t* seq_lens = nullptr;
+  // [num_seqs, max_blocks_per_seq]: block ids of each sequence in order.
+  const int32_t* block_tables = nullptr;
+  int max_blocks_per_seq = 0;
+  // 0: full causal attention. W > 0: each query sees only the last W keys
+  // up to and including itself.
+  int sliding_window = 0;
+};
+
+// Causal attention of the step's new tokens over cached + new K/V, read
+// through the block tables. q, out: [num_tokens, num_q_heads, head_dim].
+// GQA: query head h reads kv head h / (num_q_heads / num_kv_heads).
+void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+                     const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
+                     float scale, float* out);
+
+// ---- Variant selection (tests run every variant the CPU supports) ---------
+enum class Isa { Scalar, Avx2, Avx512 };
+const char* isa_name(Isa isa);
+// Best variant this CPU supports, and whether a given one is supported.
+Isa best_isa();
+bool isa_supported(Isa isa);
+// Forces a variant (tests, --isa flag); throws InputError if unsupported.
+void set_isa(Isa isa);
+Isa current_isa();
+
+}  // namespace pagoda::ops

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The `pagoda` command line: help, the demo, JSON output, prompt files and
+# clear errors with exit code 2 for bad input.
+set -uo pipefail
+pagoda=$1
+src=$2
+model=$src/models/stories260k
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_exit CODE PATTERN -- command...: exit status and a stderr/stdout pattern.
+expect_exit() {
+  local code=$1 pattern=$2
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  [[ $got -eq $code ]] || fail "'$*' exited $got, expected $code: $(head -c 300 "$tmp/err")"
+  grep -q -- "$pattern" "$tmp/out" "$tmp/err" || fail "'$*' output lacks '$pattern'"
+}
+
+expect_exit 0 "--temperature" -- "$pagoda" generate --help
+expect_exit 0 "generate" -- "$pagoda" --help
+
+# The demo: greedy continuation equals the golden text.
+golden_text=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["text"])' "$model/golden.jsonl")
+"$pagoda" generate --model "$model" --prompt "Once upon a time" --max-tokens 64 --temperature 0 >"$tmp/demo" \
+  || fail "demo generate failed"
+[[ "$(cat "$tmp/demo")" == "Once upon a time$golden_text" ]] || fail "demo output differs from golden: $(cat "$tmp/demo")"
+
+# JSONL prompt file with text and token-id prompts; --json output.
+printf '%s\n' '"Once upon a time"' '{"prompt": "The little dog"}' '{"prompt_token_ids": [1, 403, 407, 261, 378]}' >"$tmp/prompts.jsonl"
+"$pagoda" generate --model "$model" --prompts-file "$tmp/prompts.jsonl" --max-tokens 8 --temperature 0 --json >"$tmp/json" \
+  || fail "jsonl generate failed"
+/usr/bin/python3 - "$tmp/json" <<'PY' || fail "JSON output check"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3, rows
+assert rows[0]["token_ids"] == rows[2]["token_ids"], "text and id prompts disagree"
+assert all(len(r["token_ids"]) == 8 and r["finish_reason"] == "length" for r in rows)
+PY
+
+# Bad input: clear message, exit code 2.
+expect_exit 2 "model" -- "$pagoda" generate --prompt hi
+expect_exit 2 "top-p\|top_p" -- "$pagoda" generate --model "$model" --prompt hi --top-p 0
+expect_exit 2 "temperature" -- "$pagoda" generate --model "$model" --prompt hi --temperature -1
+expect_exit 2 "max" -- "$pagoda" generate --model "$model" --prompt hi --max-tokens 0
+expect_exit 2 "no prompts" -- "$pagoda" generate --model "$model"
+expect_exit 2 "max-tokens" -- "$pagoda" generate --model "$model" --prompt hi --max-tokens abc
+expect_exit 2 "unknown\|not expected\|extra" -- "$pagoda" generate --model "$model" --prompt hi --bogus-flag
+expect_exit 2 "Directory\|directory" -- "$pagoda" generate --model /nonexistent --prompt hi
+printf 'not json\n' >"$tmp/bad.jsonl"
+expect_exit 2 "bad.jsonl:1" -- "$pagoda" generate --model "$model" --prompts-file "$tmp/bad.jsonl"
+mkdir -p "$tmp/notamodel"
+expect_exit 2 "config.json" -- "$pagoda" generate --model "$tmp/notamodel" --prompt hi
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures CLI check(s) failed"
+  exit 1
+fi
+echo "all CLI checks passed"
