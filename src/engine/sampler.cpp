@@ -1,0 +1,147 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+namespace pagoda {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::mt19937_64 seeded(const SamplingParams& params) {
+  if (params.seed) return std::mt19937_64(*params.seed);
+  std::random_device rd;
+  return std::mt19937_64((uint64_t{rd()} << 32) ^ rd());
+}
+
+int32_t argmax(std::span<const float> x) {
+  int32_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i) {
+    if (x[i] > x[best]) best = static_cast<int32_t>(i);  // ties keep the lowest id
+  }
+  return best;
+}
+
+// Raw logprobs of the chosen token and the top n (best first, ties by id).
+void fill_logprobs(std::span<const float> logits, int n, SampledToken& out) {
+  float mx = kNegInf;
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const auto log_z = static_cast<float>(mx + std::log(sum));
+  out.logprob = logits[out.token] - log_z;
+  thread_local std::vector<int32_t> ids;
+  ids.resize(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto count = std::min<size_t>(n, ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(count), ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  out.top_logprobs.clear();
+  for (size_t i = 0; i < count; ++i) out.top_logprobs.emplace_back(ids[i], logits[ids[i]] - log_z);
+}
+
+void apply_penalties(std::span<float> logits, const SamplingParams& p,
+                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids) {
+  const auto vocab = static_cast<int32_t>(logits.size());
+  if (p.repetition_penalty != 1.0f) {
+    thread_local std::vector<uint8_t> seen;
+    seen.assign(logits.size(), 0);
+    for (int32_t id : prompt_ids) if (id >= 0 && id < vocab) seen[id] = 1;
+    for (int32_t id : output_ids) if (id >= 0 && id < vocab) seen[id] = 1;
+    for (int32_t id = 0; id < vocab; ++id) {
+      if (!seen[id]) continue;
+      logits[id] = logits[id] > 0 ? logits[id] / p.repetition_penalty : logits[id] * p.repetition_penalty;
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t id : output_ids) counts[id]++;
+    for (const auto& [id, count] : counts) {
+      if (id < 0 || id >= vocab) continue;
+      logits[id] -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
+    }
+  }
+}
+
+// Samples from softmax(logits / temperature) after top-k, top-p and min-p.
+int32_t sample_filtered(std::span<float> logits, const SamplingParams& p, std::mt19937_64& rng) {
+  thread_local std::vector<int32_t> ids;
+  ids.clear();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] != kNegInf) ids.push_back(static_cast<int32_t>(i));
+  }
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  // Candidates sorted best first; with top_k only the k best are sorted.
+  size_t keep = ids.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = p.top_k;
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), better);
+  ids.resize(keep);
+
+  thread_local std::vector<double> probs;
+  probs.resize(keep);
+  const double mx = logits[ids[0]];
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp((logits[ids[i]] - mx) / p.temperature);
+    sum += probs[i];
+  }
+  for (double& v : probs) v /= sum;
+  // vLLM order: min-p, then top-p over what is left (renormalized).
+  if (p.min_p > 0.0f) {  // probs are sorted, so the survivors are a prefix
+    const double threshold = p.min_p * probs[0];
+    size_t n = 1;
+    while (n < keep && probs[n] >= threshold) ++n;
+    keep = n;
+  }
+  if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p of the survivors
+    double kept_mass = 0;
+    for (size_t i = 0; i < keep; ++i) kept_mass += probs[i];
+    double mass = 0;
+    size_t n = 0;
+    while (n < keep) {
+      mass += probs[n++];
+      if (mass >= p.top_p * kept_mass) break;
+    }
+    keep = n;
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += probs[i];
+  double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+  for (size_t i = 0; i < keep; ++i) {
+    u -= probs[i];
+    if (u < 0) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+}  // namespace
+
+SequenceRng::SequenceRng(const SamplingParams& params) : rng_(seeded(params)) {}
+
+SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
+                          std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
+                          std::span<const int32_t> stop_ids, SequenceRng& rng) {
+  SampledToken out;
+  thread_local std::vector<float> raw;
+  if (params.logprobs >= 0) raw.assign(logits.begin(), logits.end());
+
+  if (static_cast<int>(output_ids.size()) < params.min_tokens) {
+    for (int32_t id : stop_ids) {
+      if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] = kNegInf;
+    }
+  }
+  apply_penalties(logits, params, prompt_ids, output_ids);
+  out.token = params.greedy() ? argmax(logits) : sample_filtered(logits, params, rng.engine());
+  if (params.logprobs >= 0) fill_logprobs(raw, params.logprobs, out);
+  return out;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,138 @@
+#include "ops/reference.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace pagoda::ops::ref {
+
+float matrix_at(const Matrix& w, int64_t row, int64_t col) {
+  const int64_t i = row * w.cols + col;
+  if (w.dtype == DType::BF16) {
+    bf16_t h;
+    std::memcpy(&h, static_cast<const uint8_t*>(w.data) + 2 * i, 2);
+    return bf16_to_f32(h);
+  }
+  return static_cast<const float*>(w.data)[i];
+}
+
+void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t n = 0; n < w.rows; ++n) {
+      double sum = bias ? bias[n] : 0.0;
+      for (int64_t k = 0; k < w.cols; ++k) sum += double{x[i * w.cols + k]} * matrix_at(w, n, k);
+      y[i * w.rows + n] = static_cast<float>(sum);
+    }
+  }
+}
+
+void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < n; ++j) ss += double{x[i * n + j]} * x[i * n + j];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    for (int64_t j = 0; j < n; ++j) y[i * n + j] = static_cast<float>(x[i * n + j] * inv * weight[j]);
+  }
+}
+
+void add_rms_norm(float* residual, const float* x, const float* weight, int64_t m, int64_t n,
+                  float eps, float* y) {
+  for (int64_t i = 0; i < m * n; ++i) residual[i] += x[i];
+  rms_norm(residual, weight, m, n, eps, y);
+}
+
+void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
+          const float* inv_freq, int rot_dim) {
+  const int half = rot_dim / 2;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int h = 0; h < num_heads; ++h) {
+      float* v = x + (t * num_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const double angle = double{static_cast<float>(positions[t]) * inv_freq[i]};
+        const double c = std::cos(angle), s = std::sin(angle);
+        const double a = v[i], b = v[i + half];
+        v[i] = static_cast<float>(a * c - b * s);
+        v[i + half] = static_cast<float>(b * c + a * s);
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < inter; ++j) {
+      const double g = gate_up[i * 2 * inter + j], u = gate_up[i * 2 * inter + inter + j];
+      out[i * inter + j] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+    }
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, double{x[i]});
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(std::exp(x[i] - mx) / sum);
+}
+
+void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < table.cols; ++j) out[i * table.cols + j] = matrix_at(table, ids[i], j);
+  }
+}
+
+void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
+              const KVLayout& layout, float* k_cache, float* v_cache) {
+  const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    if (slot_mapping[t] < 0) continue;
+    for (int64_t j = 0; j < row; ++j) {
+      k_cache[slot_mapping[t] * row + j] = k[t * row + j];
+      v_cache[slot_mapping[t] * row + j] = v[t * row + j];
+    }
+  }
+}
+
+void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+                     const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
+                     float scale, float* out) {
+  const int hd = layout.head_dim, kvh = layout.num_kv_heads;
+  const int group = num_q_heads / kvh;
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    const int64_t q_begin = batch.query_start_loc[s], q_end = batch.query_start_loc[s + 1];
+    const int64_t seq_len = batch.seq_lens[s], num_new = q_end - q_begin;
+    const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+    for (int64_t j = 0; j < num_new; ++j) {
+      const int64_t last_key = seq_len - num_new + j;  // inclusive
+      const int64_t first_key =
+          batch.sliding_window > 0 ? std::max<int64_t>(0, last_key - batch.sliding_window + 1) : 0;
+      for (int h = 0; h < num_q_heads; ++h) {
+        const float* qv = q + ((q_begin + j) * num_q_heads + h) * hd;
+        const int kv_head = h / group;
+        auto key_row = [&](const float* cache, int64_t t) {
+          const int64_t slot = int64_t{table[t / layout.block_size]} * layout.block_size + t % layout.block_size;
+          return cache + (slot * kvh + kv_head) * hd;
+        };
+        std::vector<double> scores(last_key - first_key + 1);
+        double mx = -INFINITY;
+        for (int64_t t = first_key; t <= last_key; ++t) {
+          const float* kv = key_row(k_cache, t);
+          double dot = 0;
+          for (int d = 0; d < hd; ++d) dot += double{qv[d]} * kv[d];
+          scores[t - first_key] = dot * scale;
+          mx = std::max(mx, scores[t - first_key]);
+        }
+        double sum = 0;
+        for (double& sc : scores) sum += (sc = std::exp(sc - mx));
+        float* o = out + ((q_begin + j) * num_q_heads + h) * hd;
+        for (int d = 0; d < hd; ++d) {
+          double acc = 0;
+          for (int64_t t = first_key; t <= last_key; ++t) acc += scores[t - first_key] * key_row(v_cache, t)[d];
+          o[d] = static_cast<float>(acc / sum);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace pagoda::ops::ref

@@ -1,0 +1,27 @@
+// Plain scalar twins of every op in ops/ops.h: written for obviousness, not
+// speed, and used by tests as the reference the fast kernels must match.
+#pragma once
+
+#include "ops/ops.h"
+
+namespace pagoda::ops::ref {
+
+void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y);
+void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y);
+void add_rms_norm(float* residual, const float* x, const float* weight, int64_t m, int64_t n,
+                  float eps, float* y);
+void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
+          const float* inv_freq, int rot_dim);
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);
+void softmax(float* x, int64_t n);
+void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
+void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
+              const KVLayout& layout, float* k_cache, float* v_cache);
+void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+                     const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
+                     float scale, float* out);
+
+// Element (row, col) of a weight matrix as f32.
+float matrix_at(const Matrix& w, int64_t row, int64_t col);
+
+}  // namespace pagoda::ops::ref
