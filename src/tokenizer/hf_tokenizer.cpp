@@ -46,6 +46,20 @@ struct AddedToken {
   bool lstrip, rstrip;
 };
 
+// transformers' clean_up_tokenization: drops the space before punctuation
+// and English contractions, in this order.
+std::string clean_up_tokenization(std::string text) {
+  static const std::pair<std::string_view, std::string_view> kRules[] = {
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kRules) {
+    for (size_t i = 0; (i = text.find(from, i)) != std::string::npos; i += to.size()) {
+      text.replace(i, from.size(), to);
+    }
+  }
+  return text;
+}
+
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 class HfTokenizer final : public Tokenizer {
@@ -84,6 +98,7 @@ class HfTokenizer final : public Tokenizer {
   int32_t vocab_size_ = 0;
   std::optional<int32_t> bos_id_, eos_id_;
   std::string bos_token_, eos_token_, chat_template_;
+  bool clean_up_tokenization_spaces_ = false;
 };
 
 HfTokenizer::HfTokenizer(const std::string& dir) {
@@ -142,6 +157,9 @@ HfTokenizer::HfTokenizer(const std::string& dir) {
           if (e.value("name", "") == "default" && e.contains("template")) chat_template_ = e["template"];
         }
       }
+    }
+    if (cfg.contains("clean_up_tokenization_spaces") && cfg["clean_up_tokenization_spaces"].is_boolean()) {
+      clean_up_tokenization_spaces_ = cfg["clean_up_tokenization_spaces"].get<bool>();
     }
     // Like transformers' Llama tokenizers: explicit add_bos/eos_token flags
     // decide what encode(add_special_tokens=True) adds.
@@ -258,6 +276,7 @@ std::string HfTokenizer::decode(std::span<const int32_t> ids, bool skip_special_
   if (decoder_) decoder_->apply(tokens);
   std::string out;
   for (const std::string& t : tokens) out += t;
+  if (clean_up_tokenization_spaces_) out = clean_up_tokenization(std::move(out));
   return utf8::lossy(out);
 }
 
