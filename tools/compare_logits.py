@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Checks `pagoda logits` output against the numpy reference.
+
+The reference runs once over prompt + Pagoda's greedy output (teacher
+forcing); row i of Pagoda's logits must match the reference at position
+len(prompt) - 1 + i within rtol * max|ref|, and Pagoda's token must be the
+reference's argmax (up to near-ties).
+"""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from reference_model import ReferenceModel
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--pagoda-json", required=True)
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    a = ap.parse_args()
+    got = json.load(open(a.pagoda_json))
+    prompt, out, rows = got["prompt_ids"], got["output_ids"], np.array(got["logits"], dtype=np.float64)
+    if len(rows) != len(out) or len(out) == 0:
+        print(f"FAIL {a.model}: {len(rows)} logit rows for {len(out)} tokens")
+        return 1
+    ref = ReferenceModel(a.model).logits(prompt + out)[len(prompt) - 1 : len(prompt) - 1 + len(out)]
+    worst, worst_row = 0.0, -1
+    for i in range(len(out)):
+        err = np.max(np.abs(rows[i] - ref[i])) / np.max(np.abs(ref[i]))
+        if err > worst:
+            worst, worst_row = err, i
+        best = int(np.argmax(ref[i]))
+        if out[i] != best and ref[i][best] - ref[i][out[i]] > 1e-6 * np.max(np.abs(ref[i])):
+            print(f"FAIL {a.model}: step {i} token {out[i]} but reference argmax {best}")
+            return 1
+    status = "ok" if worst <= a.rtol else "FAIL"
+    print(f"{status} {a.model}: {len(out)} steps, worst relative error {worst:.2e} at step {worst_row}"
+          f" (limit {a.rtol:.0e})")
+    return 0 if worst <= a.rtol else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
