@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the whole test suite: every test
-# in a Release build, then the unit tests again under AddressSanitizer +
-# UndefinedBehaviorSanitizer.
+# in a Release build (g++), again under AddressSanitizer +
+# UndefinedBehaviorSanitizer, and the unit tests of a clang build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -10,7 +10,11 @@ echo "== Release build and all tests"
 bash scripts/build.sh build
 (cd build && ctest --output-on-failure -j2 --timeout 900)
 
-echo "== ASan + UBSan build and unit tests"
+echo "== ASan + UBSan build and all tests"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_SANITIZE=ON
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd build-asan && ctest --output-on-failure -j2 -L unit --timeout 900)
+(cd build-asan && ctest --output-on-failure -j2 --timeout 900)
+
+echo "== clang build and unit tests"
+CXX=clang++ bash scripts/build.sh build-clang
+(cd build-clang && ctest --output-on-failure -j2 -L unit --timeout 900)

@@ -2,9 +2,8 @@
 // returns the function that runs it (exit code).
 #pragma once
 
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 #include "engine/llm_engine.h"
 

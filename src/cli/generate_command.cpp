@@ -3,7 +3,6 @@
 
 #include <cstdio>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -33,11 +32,13 @@ void add_sampling_flags(CLI::App& cmd, SamplingParams& s, int64_t& seed) {
       ->capture_default_str();
   cmd.add_option("--temperature,-t", s.temperature, "Sampling temperature; 0 = greedy")
       ->capture_default_str();
-  cmd.add_option("--top-p", s.top_p, "Nucleus sampling: keep the most likely tokens up to this mass")
+  cmd.add_option("--top-p", s.top_p,
+                 "Nucleus sampling: keep the most likely tokens up to this mass")
       ->capture_default_str();
   cmd.add_option("--top-k", s.top_k, "Keep only the k most likely tokens (0 or -1 = all)")
       ->capture_default_str();
-  cmd.add_option("--min-p", s.min_p, "Drop tokens less likely than min-p x the top token's probability")
+  cmd.add_option("--min-p", s.min_p,
+                 "Drop tokens less likely than min-p x the top token's probability")
       ->capture_default_str();
   cmd.add_option("--seed", seed, "Random seed per request (same seed, same output)")
       ->check(CLI::Range(int64_t{0}, INT64_MAX));
@@ -61,25 +62,25 @@ void add_sampling_flags(CLI::App& cmd, SamplingParams& s, int64_t& seed) {
 void print_progress(size_t done, size_t total) {
   const int width = 40;
   const int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
-  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu", filled, "========================================",
-               width - filled, "", done, total);
+  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu", filled,
+               "========================================", width - filled, "", done, total);
   if (done == total) std::fprintf(stderr, "\n");
   std::fflush(stderr);
 }
 
-nlohmann::json output_json(const RequestOutput& out, const std::string& prompt, const Tokenizer& tok) {
-  nlohmann::json j = {
-      {"prompt", prompt},
-      {"prompt_token_ids", out.prompt_ids},
-      {"text", out.text},
-      {"token_ids", out.token_ids},
-      {"finish_reason", finish_reason_name(out.finish_reason)},
-      {"metrics",
-       {{"prompt_tokens", out.metrics.num_prompt_tokens},
-        {"output_tokens", out.metrics.num_output_tokens},
-        {"time_to_first_token_s", out.metrics.time_to_first_token_s},
-        {"time_per_output_token_s", out.metrics.time_per_output_token_s},
-        {"e2e_latency_s", out.metrics.e2e_latency_s}}}};
+nlohmann::json output_json(const RequestOutput& out, const std::string& prompt,
+                           const Tokenizer& tok) {
+  nlohmann::json j = {{"prompt", prompt},
+                      {"prompt_token_ids", out.prompt_ids},
+                      {"text", out.text},
+                      {"token_ids", out.token_ids},
+                      {"finish_reason", finish_reason_name(out.finish_reason)},
+                      {"metrics",
+                       {{"prompt_tokens", out.metrics.num_prompt_tokens},
+                        {"output_tokens", out.metrics.num_output_tokens},
+                        {"time_to_first_token_s", out.metrics.time_to_first_token_s},
+                        {"time_per_output_token_s", out.metrics.time_per_output_token_s},
+                        {"e2e_latency_s", out.metrics.e2e_latency_s}}}};
   if (!out.logprobs.empty()) {
     nlohmann::json lp = nlohmann::json::array();
     for (const SampledToken& s : out.logprobs) {
@@ -106,8 +107,8 @@ int run_generate(GenerateArgs& a) {
 
   LLM llm(a.model, a.engine);
   const bool show_progress = !a.no_progress && prompts.size() > 1 && isatty(STDERR_FILENO);
-  const auto outputs = llm.generate(prompts, {a.sampling},
-                                    show_progress ? LLM::Progress(print_progress) : nullptr);
+  const auto outputs =
+      llm.generate(prompts, {a.sampling}, show_progress ? LLM::Progress(print_progress) : nullptr);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const std::string prompt_text = prompts[i].token_ids.empty()
                                         ? prompts[i].text

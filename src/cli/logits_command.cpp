@@ -2,7 +2,6 @@
 // JSON, for comparing the engine with an independent reference
 // (tools/compare_logits.py).
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -46,7 +45,9 @@ Runner add_logits_command(CLI::App& app) {
   auto args = std::make_shared<LogitsArgs>();
   CLI::App* cmd = app.add_subcommand(
       "logits", "Greedy generation from token ids, writing every step's logits as JSON");
-  cmd->add_option("--model,-m", args->model, "Model directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--model,-m", args->model, "Model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids (comma list)")
       ->required()
       ->delimiter(',');

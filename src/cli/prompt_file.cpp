@@ -1,7 +1,6 @@
 #include "cli/prompt_file.h"
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -24,14 +23,15 @@ Prompt parse_jsonl_line(const std::string& line, const std::string& where) {
   if (j.is_object() && j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) {
     std::vector<int32_t> ids;
     for (const auto& v : j["prompt_token_ids"]) {
-      if (!v.is_number_integer()) throw_input_error("{}: prompt_token_ids must hold integers", where);
+      if (!v.is_number_integer())
+        throw_input_error("{}: prompt_token_ids must hold integers", where);
       ids.push_back(v.get<int32_t>());
     }
     if (ids.empty()) throw_input_error("{}: prompt_token_ids is empty", where);
     return Prompt::from_ids(std::move(ids));
   }
-  throw_input_error("{}: expected a JSON string or an object with \"prompt\" or \"prompt_token_ids\"",
-                    where);
+  throw_input_error(
+      "{}: expected a JSON string or an object with \"prompt\" or \"prompt_token_ids\"", where);
 }
 
 }  // namespace

@@ -6,13 +6,20 @@ namespace pagoda {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I8: return "I8";
-    case DType::U8: return "U8";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
+    case DType::F32:
+      return "F32";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I8:
+      return "I8";
+    case DType::U8:
+      return "U8";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
   }
   return "?";
 }
@@ -48,9 +55,9 @@ f16_t f32_to_f16(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<f16_t>(sign | 0x7e00u);           // NaN
-  if (abs >= 0x477ff000u) return static_cast<f16_t>(sign | 0x7c00u);          // overflow -> inf
-  if (abs < 0x38800000u) {                                                    // subnormal / zero
+  if (abs > 0x7f800000u) return static_cast<f16_t>(sign | 0x7e00u);   // NaN
+  if (abs >= 0x477ff000u) return static_cast<f16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {                                            // subnormal / zero
     float a;
     std::memcpy(&a, &abs, 4);
     return static_cast<f16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));

@@ -2,10 +2,10 @@
 // user-facing messages; nothing below catches them silently.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace pagoda {
 
@@ -29,9 +29,9 @@ template <typename... Args>
 
 }  // namespace pagoda
 
-#define PAGODA_CHECK(cond, ...)                                                        \
-  do {                                                                                 \
-    if (!(cond))                                                                       \
-      throw ::pagoda::InternalError(std::string(__FILE__ ":") + std::to_string(__LINE__) + \
+#define PAGODA_CHECK(cond, ...)                                                               \
+  do {                                                                                        \
+    if (!(cond))                                                                              \
+      throw ::pagoda::InternalError(std::string(__FILE__ ":") + std::to_string(__LINE__) +    \
                                     ": check failed: " #cond " " + fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -6,7 +6,8 @@
 
 namespace pagoda {
 
-LLM::LLM(const std::string& model_dir, const EngineOptions& options) : engine_(model_dir, options) {}
+LLM::LLM(const std::string& model_dir, const EngineOptions& options)
+    : engine_(model_dir, options) {}
 
 std::vector<int32_t> LLM::encode(const std::string& text) const {
   return engine_.tokenizer().encode(text, /*add_special_tokens=*/true);
@@ -16,7 +17,8 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
                                          const std::vector<SamplingParams>& params,
                                          const Progress& progress) {
   if (params.size() != 1 && params.size() != prompts.size()) {
-    throw_input_error("got {} sampling parameter sets for {} prompts", params.size(), prompts.size());
+    throw_input_error("got {} sampling parameter sets for {} prompts", params.size(),
+                      prompts.size());
   }
   // Tokenize and validate everything first, so a bad prompt fails the call
   // before any work is queued.

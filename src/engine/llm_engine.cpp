@@ -31,7 +31,8 @@ int64_t available_memory_bytes() {
 
 LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
     : options_(options) {
-  if (options.block_size < 1) throw_input_error("block size must be >= 1, got {}", options.block_size);
+  if (options.block_size < 1)
+    throw_input_error("block size must be >= 1, got {}", options.block_size);
   if (options.max_num_seqs < 1) throw_input_error("max_num_seqs must be >= 1");
   if (options.max_num_batched_tokens < 1) throw_input_error("max_num_batched_tokens must be >= 1");
   if (options.num_threads > 0) set_num_threads(options.num_threads);
@@ -39,11 +40,13 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
   model_ = load_model(model_dir);
   tokenizer_ = Tokenizer::load(model_dir);
   const ModelConfig& config = model_->config();
-  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+  max_model_len_ =
+      options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
   if (max_model_len_ <= 0) max_model_len_ = 2048;
 
   eos_ids_ = config.eos_token_ids;
-  if (eos_ids_.empty() && tokenizer_->eos_token_id()) eos_ids_.push_back(*tokenizer_->eos_token_id());
+  if (eos_ids_.empty() && tokenizer_->eos_token_id())
+    eos_ids_.push_back(*tokenizer_->eos_token_id());
 
   // KV pool: every block holds block_size positions of every layer.
   const int64_t bytes_per_block = model_->kv_cache_spec().bytes_per_token() * options.block_size;
@@ -80,9 +83,11 @@ void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> 
   }
   const int64_t vocab = model_->config().vocab_size;
   for (int32_t id : prompt_ids) {
-    if (id < 0 || id >= vocab) throw_input_error("token id {} is outside the vocabulary [0, {})", id, vocab);
+    if (id < 0 || id >= vocab)
+      throw_input_error("token id {} is outside the vocabulary [0, {})", id, vocab);
   }
-  auto request = std::make_unique<Request>(request_id, std::move(prompt_ids), params, tokenizer_.get());
+  auto request =
+      std::make_unique<Request>(request_id, std::move(prompt_ids), params, tokenizer_.get());
   scheduler_->add(request.get());
   requests_.emplace(request_id, std::move(request));
 }

@@ -77,8 +77,8 @@ class LLMEngine {
   size_t num_waiting() const { return scheduler_->num_waiting(); }
 
   // Sees each logits row just before it is sampled (tests and `pagoda logits`).
-  using LogitsObserver = std::function<void(const std::string& request_id, const float* logits,
-                                            int64_t vocab_size)>;
+  using LogitsObserver =
+      std::function<void(const std::string& request_id, const float* logits, int64_t vocab_size)>;
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
   // The last step's batch, for tests that check what was scheduled.
   const BatchMetadata& last_batch() const { return runner_->last_batch(); }

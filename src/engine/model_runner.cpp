@@ -40,8 +40,8 @@ void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* samp
     for (int64_t pos = start; pos < end; ++pos) {
       b.token_ids.push_back(r.token_at(pos));
       b.positions.push_back(static_cast<int32_t>(pos));
-      b.slot_mapping.push_back(static_cast<int64_t>(r.block_table[pos / block_size_]) * block_size_ +
-                               pos % block_size_);
+      b.slot_mapping.push_back(
+          static_cast<int64_t>(r.block_table[pos / block_size_]) * block_size_ + pos % block_size_);
     }
     b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.seq_lens.push_back(static_cast<int32_t>(end));

@@ -4,10 +4,14 @@ namespace pagoda {
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Abort: return "abort";
-    case FinishReason::None: return "";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Abort:
+      return "abort";
+    case FinishReason::None:
+      return "";
   }
   return "";
 }

@@ -44,16 +44,14 @@ struct Request {
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   StopChecker stop_checker;
   std::string output_text;
-  size_t num_text_bytes_sent = 0;  // streamed so far (see LLMEngine::step)
+  size_t num_text_bytes_sent = 0;      // streamed so far (see LLMEngine::step)
   std::vector<SampledToken> logprobs;  // one per output token when params.logprobs >= 0
 
   Clock::time_point arrival_time = Clock::now();
   Clock::time_point first_token_time{};
   Clock::time_point finish_time{};
 
-  int64_t num_tokens() const {
-    return static_cast<int64_t>(prompt_ids.size() + output_ids.size());
-  }
+  int64_t num_tokens() const { return static_cast<int64_t>(prompt_ids.size() + output_ids.size()); }
   int32_t token_at(int64_t i) const {
     const auto p = static_cast<int64_t>(prompt_ids.size());
     return i < p ? prompt_ids[i] : output_ids[i - p];

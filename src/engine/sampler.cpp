@@ -52,11 +52,14 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p,
   if (p.repetition_penalty != 1.0f) {
     thread_local std::vector<uint8_t> seen;
     seen.assign(logits.size(), 0);
-    for (int32_t id : prompt_ids) if (id >= 0 && id < vocab) seen[id] = 1;
-    for (int32_t id : output_ids) if (id >= 0 && id < vocab) seen[id] = 1;
+    for (int32_t id : prompt_ids)
+      if (id >= 0 && id < vocab) seen[id] = 1;
+    for (int32_t id : output_ids)
+      if (id >= 0 && id < vocab) seen[id] = 1;
     for (int32_t id = 0; id < vocab; ++id) {
       if (!seen[id]) continue;
-      logits[id] = logits[id] > 0 ? logits[id] / p.repetition_penalty : logits[id] * p.repetition_penalty;
+      logits[id] =
+          logits[id] > 0 ? logits[id] / p.repetition_penalty : logits[id] * p.repetition_penalty;
     }
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
@@ -82,7 +85,8 @@ int32_t sample_filtered(std::span<float> logits, const SamplingParams& p, std::m
   // Candidates sorted best first; with top_k only the k best are sorted.
   size_t keep = ids.size();
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = p.top_k;
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), better);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(),
+                    better);
   ids.resize(keep);
 
   thread_local std::vector<double> probs;

@@ -35,8 +35,7 @@ class SequenceRng {
 // `stop_ids` are EOS + stop_token_ids; they are masked while
 // output_ids.size() < params.min_tokens.
 SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
-                          std::span<const int32_t> prompt_ids,
-                          std::span<const int32_t> output_ids,
+                          std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                           std::span<const int32_t> stop_ids, SequenceRng& rng);
 
 }  // namespace pagoda

@@ -26,7 +26,8 @@ void SamplingParams::validate() const {
   if (min_tokens < 0 || min_tokens > max_tokens) {
     throw_input_error("min_tokens must be in [0, max_tokens={}], got {}", max_tokens, min_tokens);
   }
-  if (logprobs < -1 || logprobs > 20) throw_input_error("logprobs must be in [0, 20], got {}", logprobs);
+  if (logprobs < -1 || logprobs > 20)
+    throw_input_error("logprobs must be in [0, 20], got {}", logprobs);
   for (const std::string& s : stop) {
     if (s.empty()) throw_input_error("stop strings must not be empty");
   }

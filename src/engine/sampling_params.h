@@ -9,16 +9,16 @@
 namespace pagoda {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  float top_p = 1.0f;        // (0, 1]
-  int top_k = 0;             // 0 or -1 = off
-  float min_p = 0.0f;        // [0, 1]
-  std::optional<uint64_t> seed;  // same seed -> same output
-  float repetition_penalty = 1.0f;  // > 0; applies to prompt + output tokens
-  float presence_penalty = 0.0f;    // [-2, 2]; output tokens
-  float frequency_penalty = 0.0f;   // [-2, 2]; output tokens
-  int max_tokens = 16;              // >= 1
-  int min_tokens = 0;               // EOS/stop ids suppressed before this many
+  float temperature = 1.0f;             // 0 = greedy
+  float top_p = 1.0f;                   // (0, 1]
+  int top_k = 0;                        // 0 or -1 = off
+  float min_p = 0.0f;                   // [0, 1]
+  std::optional<uint64_t> seed;         // same seed -> same output
+  float repetition_penalty = 1.0f;      // > 0; applies to prompt + output tokens
+  float presence_penalty = 0.0f;        // [-2, 2]; output tokens
+  float frequency_penalty = 0.0f;       // [-2, 2]; output tokens
+  int max_tokens = 16;                  // >= 1
+  int min_tokens = 0;                   // EOS/stop ids suppressed before this many
   std::vector<std::string> stop;        // stop strings (not included in output)
   std::vector<int32_t> stop_token_ids;  // extra stop ids (EOS is implicit)
   bool ignore_eos = false;

@@ -69,7 +69,8 @@ SchedulerOutput Scheduler::schedule() {
 }
 
 void Scheduler::on_step_done(const SchedulerOutput& out) {
-  for (const ScheduledRequest& s : out.scheduled) s.request->num_computed_tokens += s.num_new_tokens;
+  for (const ScheduledRequest& s : out.scheduled)
+    s.request->num_computed_tokens += s.num_new_tokens;
 }
 
 void Scheduler::finish(Request* request) {

@@ -21,8 +21,8 @@ class BlockAllocator {
 
  private:
   int32_t num_blocks_;
-  std::vector<int32_t> free_;      // stack of free ids
-  std::vector<uint8_t> in_use_;    // per block, to catch double frees
+  std::vector<int32_t> free_;    // stack of free ids
+  std::vector<uint8_t> in_use_;  // per block, to catch double frees
 };
 
 }  // namespace pagoda

@@ -19,7 +19,7 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // inside the file mapping
   size_t nbytes = 0;
-  std::string file;            // file it lives in, for error messages
+  std::string file;  // file it lives in, for error messages
   int64_t numel() const;
 };
 

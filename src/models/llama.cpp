@@ -57,8 +57,8 @@ class LlamaModel final : public CausalLM {
              const LlamaVariant& variant)
       : config_(config), checkpoint_(std::move(checkpoint)), weights_(*checkpoint_) {
     load(variant);
-    inv_freq_ = rope_inv_freq(config_.rope_scaling, config_.rope_theta,
-                              static_cast<int>(config_.head_dim));
+    inv_freq_ =
+        rope_inv_freq(config_.rope_scaling, config_.rope_theta, static_cast<int>(config_.head_dim));
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -76,8 +76,8 @@ class LlamaModel final : public CausalLM {
 
  private:
   void load(const LlamaVariant& variant);
-  void attention(const LayerWeights& w, const BatchMetadata& batch, float* k_cache,
-                 float* v_cache, const ops::KVLayout& layout, int64_t tokens);
+  void attention(const LayerWeights& w, const BatchMetadata& batch, float* k_cache, float* v_cache,
+                 const ops::KVLayout& layout, int64_t tokens);
 
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;
@@ -119,8 +119,8 @@ void LlamaModel::load(const LlamaVariant& variant) {
       w.k_norm = weights_.vector(p + "self_attn.k_norm.weight", hd);
     }
     w.post_attention_norm = weights_.vector(p + "post_attention_layernorm.weight", h);
-    w.gate_up = weights_.stacked({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                                 {inter, inter}, h);
+    w.gate_up =
+        weights_.stacked({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {inter, inter}, h);
     w.down = weights_.matrix(p + "mlp.down_proj.weight", h, inter);
     if (!c.layer_sliding_window.empty()) w.sliding_window = c.layer_sliding_window[i];
   }
@@ -153,8 +153,7 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch, fl
   ab.max_blocks_per_seq = batch.max_blocks_per_seq;
   ab.sliding_window = static_cast<int>(w.sliding_window);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ops::paged_attention(ws_.q.data(), k_cache, v_cache, layout, ab, q_heads, scale,
-                       ws_.attn.data());
+  ops::paged_attention(ws_.q.data(), k_cache, v_cache, layout, ab, q_heads, scale, ws_.attn.data());
   ops::linear(ws_.attn.data(), tokens, w.o, nullptr, ws_.proj.data());
 }
 

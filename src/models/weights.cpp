@@ -18,7 +18,9 @@ void to_f32(const TensorInfo& t, float* out) {
   const auto* bytes = static_cast<const uint8_t*>(t.data);
   for (int64_t i = 0; i < n; ++i) {
     switch (t.dtype) {
-      case DType::F32: std::memcpy(&out[i], bytes + 4 * i, 4); break;
+      case DType::F32:
+        std::memcpy(&out[i], bytes + 4 * i, 4);
+        break;
       case DType::BF16: {
         bf16_t h;
         std::memcpy(&h, bytes + 2 * i, 2);
@@ -31,7 +33,8 @@ void to_f32(const TensorInfo& t, float* out) {
         out[i] = f16_to_f32(h);
         break;
       }
-      default: throw InternalError("to_f32: not a float dtype");
+      default:
+        throw InternalError("to_f32: not a float dtype");
     }
   }
 }
@@ -65,7 +68,8 @@ ops::Matrix WeightStore::stacked(const std::vector<std::string>& names,
   }
   // BF16 stays BF16 (a byte copy); any other mix becomes F32.
   const DType dtype = all_bf16 ? DType::BF16 : DType::F32;
-  auto* out = static_cast<uint8_t*>(own(static_cast<size_t>(total_rows * cols) * dtype_size(dtype)));
+  auto* out =
+      static_cast<uint8_t*>(own(static_cast<size_t>(total_rows * cols) * dtype_size(dtype)));
   size_t offset = 0;
   for (const TensorInfo* t : parts) {
     if (dtype == DType::BF16) {

@@ -31,7 +31,8 @@ void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float e
     double ss = 0;
     for (int64_t j = 0; j < n; ++j) ss += double{x[i * n + j]} * x[i * n + j];
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
-    for (int64_t j = 0; j < n; ++j) y[i * n + j] = static_cast<float>(x[i * n + j] * inv * weight[j]);
+    for (int64_t j = 0; j < n; ++j)
+      y[i * n + j] = static_cast<float>(x[i * n + j] * inv * weight[j]);
   }
 }
 
@@ -110,7 +111,8 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
         const float* qv = q + ((q_begin + j) * num_q_heads + h) * hd;
         const int kv_head = h / group;
         auto key_row = [&](const float* cache, int64_t t) {
-          const int64_t slot = int64_t{table[t / layout.block_size]} * layout.block_size + t % layout.block_size;
+          const int64_t slot =
+              int64_t{table[t / layout.block_size]} * layout.block_size + t % layout.block_size;
           return cache + (slot * kvh + kv_head) * hd;
         };
         std::vector<double> scores(last_key - first_key + 1);
@@ -127,7 +129,8 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
         float* o = out + ((q_begin + j) * num_q_heads + h) * hd;
         for (int d = 0; d < hd; ++d) {
           double acc = 0;
-          for (int64_t t = first_key; t <= last_key; ++t) acc += scores[t - first_key] * key_row(v_cache, t)[d];
+          for (int64_t t = first_key; t <= last_key; ++t)
+            acc += scores[t - first_key] * key_row(v_cache, t)[d];
           o[d] = static_cast<float>(acc / sum);
         }
       }

@@ -9,7 +9,8 @@ namespace pagoda {
 
 BpeModel::BpeModel(const nlohmann::json& model, const std::string& where) {
   const std::string type = model.value("type", std::string("BPE"));
-  if (type != "BPE") throw_input_error("{}: tokenizer model type '{}' is not supported (only BPE)", where, type);
+  if (type != "BPE")
+    throw_input_error("{}: tokenizer model type '{}' is not supported (only BPE)", where, type);
   if (!model.contains("vocab") || !model["vocab"].is_object()) {
     throw_input_error("{}: model.vocab must be an object", where);
   }
@@ -35,7 +36,8 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where) {
   byte_fallback_ = model.value("byte_fallback", false);
   fuse_unk_ = model.value("fuse_unk", false);
   ignore_merges_ = model.value("ignore_merges", false);
-  if (model.contains("continuing_subword_prefix") && model["continuing_subword_prefix"].is_string() &&
+  if (model.contains("continuing_subword_prefix") &&
+      model["continuing_subword_prefix"].is_string() &&
       !model["continuing_subword_prefix"].get<std::string>().empty()) {
     throw_input_error("{}: continuing_subword_prefix is not supported", where);
   }
@@ -52,7 +54,8 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where) {
       if (space == std::string::npos) throw_input_error("{}: merge '{}' is not 'a b'", where, s);
       a = s.substr(0, space);
       b = s.substr(space + 1);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["a", "b"]
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() &&
+               m[1].is_string()) {  // ["a", "b"]
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
@@ -60,7 +63,8 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where) {
     }
     const auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
     if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end()) {
-      throw_input_error("{}: merge #{} ('{}' + '{}') uses tokens missing from the vocab", where, rank, a, b);
+      throw_input_error("{}: merge #{} ('{}' + '{}') uses tokens missing from the vocab", where,
+                        rank, a, b);
     }
     merges_.emplace(pair_key(ia->second, ib->second), Merge{rank, iab->second});
     ++rank;

@@ -50,7 +50,8 @@ std::string decode(std::string_view text) {
     uint32_t cp = b0;
     if (len > 1 && i + len <= text.size()) {
       cp = b0 & (0x7F >> len);
-      for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+      for (int k = 1; k < len; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
     }
     const auto it = t.char_to_byte.find(cp);
     if (it != t.char_to_byte.end() && (len == 1 ? b0 < 0x80 : true)) {

@@ -9,7 +9,8 @@ namespace {
 
 class SequenceDecoder : public Decoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts)
+      : parts_(std::move(parts)) {}
   void apply(std::vector<std::string>& tokens) const override {
     for (const auto& p : parts_) p->apply(tokens);
   }

@@ -31,8 +31,8 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
 std::string IncrementalDetokenizer::push(int32_t id) {
   ids_.push_back(id);
   const std::span<const int32_t> all(ids_);
-  const std::string prefix_text =
-      tokenizer_.decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_tokens_);
+  const std::string prefix_text = tokenizer_.decode(
+      all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_tokens_);
   const std::string new_text = tokenizer_.decode(all.subspan(prefix_offset_), skip_special_tokens_);
   if (new_text.size() <= prefix_text.size() || ends_in_partial_char(new_text)) return "";
   std::string delta = new_text.substr(prefix_text.size());
@@ -51,8 +51,8 @@ std::string IncrementalDetokenizer::push(int32_t id) {
 std::string IncrementalDetokenizer::flush() {
   if (read_offset_ >= ids_.size()) return "";
   const std::span<const int32_t> all(ids_);
-  const std::string prefix_text =
-      tokenizer_.decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_tokens_);
+  const std::string prefix_text = tokenizer_.decode(
+      all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_tokens_);
   const std::string new_text = tokenizer_.decode(all.subspan(prefix_offset_), skip_special_tokens_);
   read_offset_ = prefix_offset_ = ids_.size();
   if (new_text.size() <= prefix_text.size()) return "";

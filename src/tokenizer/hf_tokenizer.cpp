@@ -35,7 +35,8 @@ std::string config_token(const json& cfg, const char* key) {
   if (!cfg.contains(key)) return "";
   const json& v = cfg[key];
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return "";
 }
 
@@ -60,7 +61,9 @@ std::string clean_up_tokenization(std::string text) {
   return text;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 class HfTokenizer final : public Tokenizer {
  public:
@@ -104,7 +107,8 @@ class HfTokenizer final : public Tokenizer {
 HfTokenizer::HfTokenizer(const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string path = (fs::path(dir) / "tokenizer.json").string();
-  if (!fs::exists(path)) throw_input_error("{}: missing (the model directory needs a tokenizer.json)", path);
+  if (!fs::exists(path))
+    throw_input_error("{}: missing (the model directory needs a tokenizer.json)", path);
   const json j = read_json_file(path);
   if (!j.is_object() || !j.contains("model")) throw_input_error("{}: no \"model\" section", path);
   try {
@@ -124,8 +128,9 @@ HfTokenizer::HfTokenizer(const std::string& dir) {
           !a["content"].is_string() || a["content"].get<std::string>().empty()) {
         throw_input_error("{}: malformed added_tokens entry {}", path, a.dump());
       }
-      added_.push_back({a["id"].get<int32_t>(), a["content"].get<std::string>(), a.value("special", false),
-                        a.value("lstrip", false), a.value("rstrip", false)});
+      added_.push_back({a["id"].get<int32_t>(), a["content"].get<std::string>(),
+                        a.value("special", false), a.value("lstrip", false),
+                        a.value("rstrip", false)});
     }
   }
   for (const AddedToken& a : added_) {
@@ -154,11 +159,13 @@ HfTokenizer::HfTokenizer(const std::string& dir) {
         chat_template_ = t.get<std::string>();
       } else if (t.is_array()) {  // [{"name": "default", "template": ...}, ...]
         for (const auto& e : t) {
-          if (e.value("name", "") == "default" && e.contains("template")) chat_template_ = e["template"];
+          if (e.value("name", "") == "default" && e.contains("template"))
+            chat_template_ = e["template"];
         }
       }
     }
-    if (cfg.contains("clean_up_tokenization_spaces") && cfg["clean_up_tokenization_spaces"].is_boolean()) {
+    if (cfg.contains("clean_up_tokenization_spaces") &&
+        cfg["clean_up_tokenization_spaces"].is_boolean()) {
       clean_up_tokenization_spaces_ = cfg["clean_up_tokenization_spaces"].get<bool>();
     }
     // Like transformers' Llama tokenizers: explicit add_bos/eos_token flags
@@ -182,7 +189,8 @@ void HfTokenizer::load_post_processor(const json& j, const std::string& where) {
     for (const auto& p : j.at("processors")) load_post_processor(p, where);
     return;
   }
-  if (type != "TemplateProcessing") throw_input_error("{}: post_processor type '{}' is not supported", where, type);
+  if (type != "TemplateProcessing")
+    throw_input_error("{}: post_processor type '{}' is not supported", where, type);
   const json& specials = j.value("special_tokens", json::object());
   bool after_sequence = false;
   for (const auto& piece : j.at("single")) {
@@ -268,7 +276,8 @@ std::string HfTokenizer::decode(std::span<const int32_t> ids, bool skip_special_
   for (int32_t id : ids) {
     const auto added = added_by_id_.find(id);
     if (added != added_by_id_.end()) {
-      if (!(skip_special_tokens && added->second->special)) tokens.push_back(added->second->content);
+      if (!(skip_special_tokens && added->second->special))
+        tokens.push_back(added->second->content);
       continue;
     }
     if (const std::string* t = model_->id_to_token(id)) tokens.push_back(*t);

@@ -10,7 +10,8 @@ namespace {
 
 class SequenceNormalizer : public Normalizer {
  public:
-  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
+      : parts_(std::move(parts)) {}
   void apply(std::string& text) const override {
     for (const auto& p : parts_) p->apply(text);
   }
@@ -32,7 +33,8 @@ class PrependNormalizer : public Normalizer {
 
 class ReplaceNormalizer : public Normalizer {
  public:
-  ReplaceNormalizer(std::string from, std::string to) : from_(std::move(from)), to_(std::move(to)) {}
+  ReplaceNormalizer(std::string from, std::string to)
+      : from_(std::move(from)), to_(std::move(to)) {}
   void apply(std::string& text) const override {
     std::string out;
     out.reserve(text.size());
@@ -76,7 +78,8 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::
     }
     return std::make_unique<SequenceNormalizer>(std::move(parts));
   }
-  if (type == "Prepend") return std::make_unique<PrependNormalizer>(j.at("prepend").get<std::string>());
+  if (type == "Prepend")
+    return std::make_unique<PrependNormalizer>(j.at("prepend").get<std::string>());
   if (type == "Replace") {
     if (!j.at("pattern").contains("String")) {
       throw_input_error("{}: Replace normalizer with a regex pattern is not supported", where);

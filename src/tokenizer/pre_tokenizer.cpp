@@ -73,7 +73,8 @@ class SequencePreTokenizer : public PreTokenizer {
 
 class SplitPreTokenizer : public PreTokenizer {
  public:
-  SplitPreTokenizer(const std::string& pattern, const std::string& where) : regex_(pattern, where) {}
+  SplitPreTokenizer(const std::string& pattern, const std::string& where)
+      : regex_(pattern, where) {}
   void apply(std::vector<std::string>& pieces) const override {
     std::vector<std::string> out;
     for (const std::string& p : pieces) regex_.split(p, out);
@@ -111,7 +112,8 @@ class ByteLevelPreTokenizer : public PreTokenizer {
 
 }  // namespace
 
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const std::string& where) {
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j,
+                                                 const std::string& where) {
   if (j.is_null()) return nullptr;
   const std::string type = j.value("type", "");
   if (type == "Sequence") {
@@ -124,8 +126,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const 
   if (type == "Split") {
     const std::string behavior = j.value("behavior", "Isolated");
     if (behavior != "Isolated" || j.value("invert", false)) {
-      throw_input_error("{}: Split pre-tokenizer behavior '{}' is not supported (only Isolated)", where,
-                        behavior);
+      throw_input_error("{}: Split pre-tokenizer behavior '{}' is not supported (only Isolated)",
+                        where, behavior);
     }
     const auto& pattern = j.at("pattern");
     std::string regex;

@@ -37,8 +37,8 @@ class Tokenizer {
 
   virtual std::optional<int32_t> bos_token_id() const = 0;
   virtual std::optional<int32_t> eos_token_id() const = 0;
-  virtual const std::string& bos_token() const = 0;     // "" when none
-  virtual const std::string& eos_token() const = 0;     // "" when none
+  virtual const std::string& bos_token() const = 0;      // "" when none
+  virtual const std::string& eos_token() const = 0;      // "" when none
   virtual const std::string& chat_template() const = 0;  // "" when none
 };
 

@@ -4,10 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "engine/llm.h"
@@ -73,9 +72,10 @@ TEST(Generate, GoldensWithBlockSizeOneAndOneThread) {
 }
 
 const std::vector<std::string> kEightPrompts = {
-    "Once upon a time",        "Lily and Tom went to the park", "The little dog",
-    "One day, a big bird",     "Sam had a red ball",            "The sun was hot and",
-    "There was a tiny mouse",  "Mom said"};
+    "Once upon a time",       "Lily and Tom went to the park",
+    "The little dog",         "One day, a big bird",
+    "Sam had a red ball",     "The sun was hot and",
+    "There was a tiny mouse", "Mom said"};
 
 TEST(Generate, BatchedEqualsAlone) {
   EngineOptions o;

@@ -22,7 +22,8 @@ std::vector<double> expected_distribution(const SamplingParams& p) {
   const size_t n = kLogits.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [](size_t a, size_t b) { return kLogits[a] > kLogits[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [](size_t a, size_t b) { return kLogits[a] > kLogits[b]; });
   std::vector<double> prob(n, 0.0);
   double z = 0;
   for (size_t i = 0; i < n; ++i) z += std::exp(kLogits[i] / double{p.temperature});
@@ -73,8 +74,12 @@ TEST(Sampler, DistributionsMatchTheirDefinition) {
     int top_k;
     float min_p;
   };
-  for (const Case& c : std::vector<Case>{{1.0f, 1.0f, 0, 0.0f}, {0.5f, 1.0f, 0, 0.0f}, {1.0f, 1.0f, 3, 0.0f},
-                                         {1.0f, 0.7f, 0, 0.0f}, {1.3f, 1.0f, 0, 0.2f}, {0.8f, 0.9f, 5, 0.05f}}) {
+  for (const Case& c : std::vector<Case>{{1.0f, 1.0f, 0, 0.0f},
+                                         {0.5f, 1.0f, 0, 0.0f},
+                                         {1.0f, 1.0f, 3, 0.0f},
+                                         {1.0f, 0.7f, 0, 0.0f},
+                                         {1.3f, 1.0f, 0, 0.2f},
+                                         {0.8f, 0.9f, 5, 0.05f}}) {
     SamplingParams p;
     p.temperature = c.temperature;
     p.top_p = c.top_p;
@@ -84,8 +89,9 @@ TEST(Sampler, DistributionsMatchTheirDefinition) {
     const auto want = expected_distribution(p);
     const auto got = empirical(p, 200000);
     for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_NEAR(got[i], want[i], 0.006) << "token " << i << " T=" << c.temperature << " top_p=" << c.top_p
-                                          << " top_k=" << c.top_k << " min_p=" << c.min_p;
+      EXPECT_NEAR(got[i], want[i], 0.006)
+          << "token " << i << " T=" << c.temperature << " top_p=" << c.top_p << " top_k=" << c.top_k
+          << " min_p=" << c.min_p;
       if (want[i] == 0) EXPECT_EQ(got[i], 0) << "filtered token " << i << " was sampled";
     }
   }
@@ -129,7 +135,8 @@ TEST(Sampler, PenaltiesFollowTheirFormulas) {
   p.frequency_penalty = 0.5f;
   p.presence_penalty = 0.25f;
   std::vector<float> l = {3.0f, 2.9f, -1.0f, 1.3f};
-  const std::vector<float> want = {3.0f / 2 - 0.5f * 2 - 0.25f, 2.9f / 2, -1.0f * 2 - 0.5f - 0.25f, 1.3f};
+  const std::vector<float> want = {3.0f / 2 - 0.5f * 2 - 0.25f, 2.9f / 2, -1.0f * 2 - 0.5f - 0.25f,
+                                   1.3f};
   SequenceRng rng(p);
   const auto s = sample_token(l, p, prompt, output, {}, rng);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(l[i], want[i]) << i;

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -25,7 +24,8 @@ class TempDir {
  public:
   TempDir() {
     static int counter = 0;
-    path_ = fs::temp_directory_path() / ("pagoda_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path_ = fs::temp_directory_path() /
+            ("pagoda_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -40,7 +40,9 @@ std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
-void write_file(const fs::path& p, const std::string& data) { std::ofstream(p, std::ios::binary) << data; }
+void write_file(const fs::path& p, const std::string& data) {
+  std::ofstream(p, std::ios::binary) << data;
+}
 
 // A safetensors file from a header JSON and a data blob.
 std::string safetensors_bytes(const nlohmann::json& header, const std::string& data) {
@@ -53,7 +55,8 @@ std::string safetensors_bytes(const nlohmann::json& header, const std::string& d
 
 // Copies config/tokenizer files of the demo model into dir.
 void copy_model_metadata(const fs::path& dir) {
-  for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+  for (const char* f :
+       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
     fs::copy_file(fs::path(kStories) / f, dir / f, fs::copy_options::overwrite_existing);
   }
 }
@@ -64,7 +67,8 @@ void expect_input_error(Fn&& fn, const std::vector<std::string>& needles) {
     fn();
     ADD_FAILURE() << "expected an InputError mentioning " << needles[0];
   } catch (const InputError& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    for (const auto& n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
   }
 }
 
@@ -73,7 +77,8 @@ TEST(Checkpoint, LoadsDemoModel) {
   EXPECT_EQ(ckpt->names().size(), 47u);
   EXPECT_EQ(ckpt->get("model.embed_tokens.weight", {512, 64}).dtype, DType::F32);
   EXPECT_EQ(ckpt->get("model.layers.0.self_attn.q_proj.weight", {64, 64}).numel(), 64 * 64);
-  EXPECT_EQ(ckpt->get("model.layers.4.self_attn.k_proj.weight").shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(ckpt->get("model.layers.4.self_attn.k_proj.weight").shape,
+            (std::vector<int64_t>{32, 64}));
   EXPECT_FALSE(ckpt->has("lm_head.weight"));
 }
 
@@ -106,8 +111,10 @@ TEST(Checkpoint, ShardedCopyMatchesSingleFile) {
   for (const std::string& name : single->names()) {
     const TensorInfo& t = single->get(name);
     const int shard = i++ % 2;
-    headers[shard][name] = {{"dtype", "F32"}, {"shape", t.shape},
-                            {"data_offsets", {blobs[shard].size(), blobs[shard].size() + t.nbytes}}};
+    headers[shard][name] = {
+        {"dtype", "F32"},
+        {"shape", t.shape},
+        {"data_offsets", {blobs[shard].size(), blobs[shard].size() + t.nbytes}}};
     blobs[shard].append(static_cast<const char*>(t.data), t.nbytes);
     weight_map[name] = "model-0000" + std::to_string(shard + 1) + "-of-00002.safetensors";
   }
@@ -115,7 +122,8 @@ TEST(Checkpoint, ShardedCopyMatchesSingleFile) {
     write_file(dir / ("model-0000" + std::to_string(s + 1) + "-of-00002.safetensors"),
                safetensors_bytes(headers[s], blobs[s]));
   }
-  write_file(dir / "model.safetensors.index.json", nlohmann::json{{"weight_map", weight_map}}.dump());
+  write_file(dir / "model.safetensors.index.json",
+             nlohmann::json{{"weight_map", weight_map}}.dump());
   const auto sharded = Checkpoint::open(dir.str());
   ASSERT_EQ(sharded->names(), single->names());
   for (const std::string& name : single->names()) {
@@ -135,23 +143,61 @@ struct BadFile {
 
 TEST(Checkpoint, BrokenFilesAreRefused) {
   const std::string original = read_file(fs::path(kStories) / "model.safetensors");
-  const nlohmann::json one_tensor = {{"w", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {0, 16}}}}};
+  const nlohmann::json one_tensor = {
+      {"w", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {0, 16}}}}};
   const std::vector<BadFile> cases = {
       {"tiny file", [](const std::string&) { return std::string("abc"); }, {"too short"}},
-      {"cut in data", [](const std::string& o) { return o.substr(0, o.size() / 2); }, {"outside the data section"}},
+      {"cut in data",
+       [](const std::string& o) { return o.substr(0, o.size() / 2); },
+       {"outside the data section"}},
       {"cut in header", [](const std::string& o) { return o.substr(0, 100); }, {"header length"}},
-      {"huge header length", [](const std::string& o) { std::string s = o; s[7] = '\x7f'; return s; }, {"header length"}},
-      {"header not JSON", [](const std::string&) { return safetensors_bytes(nlohmann::json(), "").replace(8, 4, "{oo}"); }, {"not valid JSON"}},
-      {"header array", [](const std::string&) { return safetensors_bytes(nlohmann::json::array({1, 2}), ""); }, {"not a JSON object"}},
-      {"unknown dtype", [](const std::string&) {
-         return safetensors_bytes({{"w", {{"dtype", "F8_E9"}, {"shape", {1}}, {"data_offsets", {0, 1}}}}}, "x"); }, {"'w'", "F8_E9"}},
-      {"negative shape", [](const std::string&) {
-         return safetensors_bytes({{"w", {{"dtype", "F32"}, {"shape", {-1, 2}}, {"data_offsets", {0, 8}}}}}, std::string(8, 0)); }, {"'w'", "non-negative"}},
-      {"offsets past end", [&](const std::string&) { return safetensors_bytes(one_tensor, std::string(8, 0)); }, {"'w'", "outside the data section"}},
-      {"size mismatch", [](const std::string&) {
-         return safetensors_bytes({{"w", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 8}}}}}, std::string(8, 0)); }, {"'w'", "needs 12"}},
-      {"offsets not ints", [](const std::string&) {
-         return safetensors_bytes({{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", "0-4"}}}}, std::string(4, 0)); }, {"'w'", "data_offsets"}},
+      {"huge header length",
+       [](const std::string& o) {
+         std::string s = o;
+         s[7] = '\x7f';
+         return s;
+       },
+       {"header length"}},
+      {"header not JSON",
+       [](const std::string&) {
+         return safetensors_bytes(nlohmann::json(), "").replace(8, 4, "{oo}");
+       },
+       {"not valid JSON"}},
+      {"header array",
+       [](const std::string&) {
+         return safetensors_bytes(nlohmann::json::array({1, 2}), "");
+       },
+       {"not a JSON object"}},
+      {"unknown dtype",
+       [](const std::string&) {
+         return safetensors_bytes(
+             {{"w", {{"dtype", "F8_E9"}, {"shape", {1}}, {"data_offsets", {0, 1}}}}}, "x");
+       },
+       {"'w'", "F8_E9"}},
+      {"negative shape",
+       [](const std::string&) {
+         return safetensors_bytes(
+             {{"w", {{"dtype", "F32"}, {"shape", {-1, 2}}, {"data_offsets", {0, 8}}}}},
+             std::string(8, 0));
+       },
+       {"'w'", "non-negative"}},
+      {"offsets past end",
+       [&](const std::string&) { return safetensors_bytes(one_tensor, std::string(8, 0)); },
+       {"'w'", "outside the data section"}},
+      {"size mismatch",
+       [](const std::string&) {
+         return safetensors_bytes(
+             {{"w", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 8}}}}},
+             std::string(8, 0));
+       },
+       {"'w'", "needs 12"}},
+      {"offsets not ints",
+       [](const std::string&) {
+         return safetensors_bytes(
+             {{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", "0-4"}}}},
+             std::string(4, 0));
+       },
+       {"'w'", "data_offsets"}},
   };
   for (const BadFile& c : cases) {
     SCOPED_TRACE(c.name);
@@ -166,13 +212,19 @@ TEST(Checkpoint, BrokenFilesAreRefused) {
 TEST(Checkpoint, BrokenIndexAndTensorChecks) {
   {
     TempDir dir;
-    write_file(dir / "model.safetensors.index.json", R"({"weight_map": {"a": "missing-shard.safetensors"}})");
-    expect_input_error([&] { Checkpoint::open(dir.str()); }, {"missing-shard.safetensors", "does not exist"});
+    write_file(dir / "model.safetensors.index.json",
+               R"({"weight_map": {"a": "missing-shard.safetensors"}})");
+    expect_input_error([&] { Checkpoint::open(dir.str()); },
+                       {"missing-shard.safetensors", "does not exist"});
   }
   {
     TempDir dir;
-    write_file(dir / "s1.safetensors", safetensors_bytes({{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}, std::string(4, 0)));
-    write_file(dir / "model.safetensors.index.json", R"({"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}})");
+    write_file(
+        dir / "s1.safetensors",
+        safetensors_bytes({{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}},
+                          std::string(4, 0)));
+    write_file(dir / "model.safetensors.index.json",
+               R"({"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}})");
     expect_input_error([&] { Checkpoint::open(dir.str()); }, {"'b'", "s1.safetensors"});
   }
   {
@@ -180,10 +232,14 @@ TEST(Checkpoint, BrokenIndexAndTensorChecks) {
     expect_input_error([&] { Checkpoint::open(dir.str()); }, {"no model.safetensors"});
   }
   const auto ckpt = Checkpoint::open(kStories);
-  expect_input_error([&] { ckpt->get("model.norm.weight", {65}); }, {"model.norm.weight", "[64]", "[65]"});
+  expect_input_error([&] { ckpt->get("model.norm.weight", {65}); },
+                     {"model.norm.weight", "[64]", "[65]"});
   expect_input_error([&] { ckpt->get("lm_head.weight"); }, {"missing tensor 'lm_head.weight'"});
   TempDir dir;
-  write_file(dir / "model.safetensors", safetensors_bytes({{"ids", {{"dtype", "I32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}, std::string(4, 0)));
+  write_file(
+      dir / "model.safetensors",
+      safetensors_bytes({{"ids", {{"dtype", "I32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}},
+                        std::string(4, 0)));
   const auto ints = Checkpoint::open(dir.str());
   expect_input_error([&] { ints->get("ids", {1}); }, {"'ids'", "I32"});
 }
@@ -203,7 +259,9 @@ TEST(LoadModel, MismatchedCheckpointIsRefusedWithTensorName) {
       std::string dtype = "F32", data(static_cast<const char*>(t.data), t.nbytes);
       if (name == reshape) shape = {t.numel()};
       if (name == retype) dtype = "I32";
-      header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {blob.size(), blob.size() + data.size()}}};
+      header[name] = {{"dtype", dtype},
+                      {"shape", shape},
+                      {"data_offsets", {blob.size(), blob.size() + data.size()}}};
       blob += data;
     }
     write_file(dir / "model.safetensors", safetensors_bytes(header, blob));
@@ -211,12 +269,14 @@ TEST(LoadModel, MismatchedCheckpointIsRefusedWithTensorName) {
   {
     TempDir dir;
     write_variant(dir / "", "model.layers.2.mlp.up_proj.weight", "", "");
-    expect_input_error([&] { load_model(dir.str()); }, {"missing tensor 'model.layers.2.mlp.up_proj.weight'"});
+    expect_input_error([&] { load_model(dir.str()); },
+                       {"missing tensor 'model.layers.2.mlp.up_proj.weight'"});
   }
   {
     TempDir dir;
     write_variant(dir / "", "", "model.layers.1.self_attn.v_proj.weight", "");
-    expect_input_error([&] { load_model(dir.str()); }, {"model.layers.1.self_attn.v_proj.weight", "shape"});
+    expect_input_error([&] { load_model(dir.str()); },
+                       {"model.layers.1.self_attn.v_proj.weight", "shape"});
   }
   {
     TempDir dir;
@@ -229,7 +289,8 @@ TEST(LoadModel, MismatchedCheckpointIsRefusedWithTensorName) {
     auto cfg = nlohmann::json::parse(read_file(dir / "config.json"));
     cfg["architectures"] = {"GPT2LMHeadModel"};
     write_file(dir / "config.json", cfg.dump());
-    expect_input_error([&] { load_model(dir.str()); }, {"unknown architecture 'GPT2LMHeadModel'", "LlamaForCausalLM"});
+    expect_input_error([&] { load_model(dir.str()); },
+                       {"unknown architecture 'GPT2LMHeadModel'", "LlamaForCausalLM"});
   }
 }
 
@@ -254,9 +315,13 @@ TEST(Config, FieldErrorsNameTheField) {
       {[](auto& j) { j["hidden_size"] = "64"; }, {"'hidden_size'", "positive integer", "\"64\""}},
       {[](auto& j) { j["rms_norm_eps"] = "x"; }, {"'rms_norm_eps'", "number"}},
       {[](auto& j) { j["tie_word_embeddings"] = 1; }, {"'tie_word_embeddings'", "true or false"}},
-      {[](auto& j) { j.erase("num_hidden_layers"); }, {"missing required field 'num_hidden_layers'"}},
+      {[](auto& j) { j.erase("num_hidden_layers"); },
+       {"missing required field 'num_hidden_layers'"}},
       {[](auto& j) { j["num_key_value_heads"] = 3; }, {"num_key_value_heads 3"}},
-      {[](auto& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}}; }, {"yarn"}},
+      {[](auto& j) {
+         j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
+       },
+       {"yarn"}},
       {[](auto& j) { j["architectures"] = nlohmann::json::array(); }, {"'architectures'"}},
       {[](auto& j) { j["eos_token_id"] = "2"; }, {"'eos_token_id'"}},
       {[](auto& j) { j["vocab_size"] = -5; }, {"'vocab_size'"}},
@@ -293,15 +358,18 @@ TEST(Config, SlidingWindowLayouts) {
   TempDir dir;
   auto j = nlohmann::json::parse(read_file(fs::path(kStories) / "config.json"));
   j["sliding_window"] = 32;
-  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "sliding_attention",
+                      "full_attention"};
   write_file(dir / "config.json", j.dump());
-  EXPECT_EQ(load_model_config(dir.str()).layer_sliding_window, (std::vector<int64_t>{0, 32, 0, 32, 0}));
+  EXPECT_EQ(load_model_config(dir.str()).layer_sliding_window,
+            (std::vector<int64_t>{0, 32, 0, 32, 0}));
   j.erase("layer_types");
   j["model_type"] = "qwen2";
   j["use_sliding_window"] = true;
   j["max_window_layers"] = 3;
   write_file(dir / "config.json", j.dump());
-  EXPECT_EQ(load_model_config(dir.str()).layer_sliding_window, (std::vector<int64_t>{0, 0, 0, 32, 32}));
+  EXPECT_EQ(load_model_config(dir.str()).layer_sliding_window,
+            (std::vector<int64_t>{0, 0, 0, 32, 32}));
   j["use_sliding_window"] = false;
   write_file(dir / "config.json", j.dump());
   EXPECT_EQ(load_model_config(dir.str()).layer_sliding_window, (std::vector<int64_t>(5, 0)));

@@ -47,6 +47,13 @@ std::vector<Isa> supported_isas() {
   return out;
 }
 
+}  // namespace
+
+// Readable test names and messages for the ISA parameter.
+void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+
+namespace {
+
 class PerIsa : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override { set_isa(GetParam()); }
@@ -63,7 +70,8 @@ TEST_P(PerIsa, LinearMatchesReference) {
           const auto wf = random_vec(n * k, rng);
           const auto wb = to_bf16(wf);
           const auto bias = random_vec(n, rng);
-          const Matrix w{dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), dt, n, k};
+          const Matrix w{dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), dt, n,
+                         k};
           for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
             std::vector<float> y(m * n), y_ref(m * n);
             linear(x.data(), m, w, b, y.data());
@@ -151,7 +159,8 @@ TEST_P(PerIsa, NormsActivationsRopeEmbedding) {
   const auto table_bf16 = to_bf16(table);
   const std::vector<int32_t> ids = {0, 39, 5, 5};
   for (DType dt : {DType::F32, DType::BF16}) {
-    const Matrix t{dt == DType::BF16 ? static_cast<const void*>(table_bf16.data()) : table.data(), dt, vocab, d};
+    const Matrix t{dt == DType::BF16 ? static_cast<const void*>(table_bf16.data()) : table.data(),
+                   dt, vocab, d};
     std::vector<float> e(ids.size() * d), e_ref(ids.size() * d);
     embedding(ids.data(), 4, t, e.data());
     ref::embedding(ids.data(), 4, t, e_ref.data());
@@ -176,7 +185,8 @@ void dense_attention(const std::vector<float>& q, const std::vector<std::vector<
           continue;
         }
         double dot = 0;
-        for (int d = 0; d < hd; ++d) dot += double{q[(j * q_heads + h) * hd + d]} * keys[t][kvh * hd + d];
+        for (int d = 0; d < hd; ++d)
+          dot += double{q[(j * q_heads + h) * hd + d]} * keys[t][kvh * hd + d];
         p.push_back(dot * scale);
         mx = std::max(mx, p.back());
       }
@@ -197,8 +207,8 @@ struct AttentionCase {
 
 TEST_P(PerIsa, PagedAttentionMatchesDenseAndReference) {
   std::mt19937 rng(5);
-  const std::vector<AttentionCase> cases = {
-      {4, 4, 8, 16, 0}, {8, 4, 8, 1, 0}, {8, 2, 64, 3, 0}, {4, 1, 40, 16, 0}, {8, 2, 16, 4, 5}, {2, 2, 8, 7, 1}};
+  const std::vector<AttentionCase> cases = {{4, 4, 8, 16, 0},  {8, 4, 8, 1, 0},  {8, 2, 64, 3, 0},
+                                            {4, 1, 40, 16, 0}, {8, 2, 16, 4, 5}, {2, 2, 8, 7, 1}};
   for (const AttentionCase& c : cases) {
     // Sequences: (cached tokens, new tokens): prefill with a cached prefix,
     // plain prefill, decode, mixed.
@@ -212,39 +222,52 @@ TEST_P(PerIsa, PagedAttentionMatchesDenseAndReference) {
     std::shuffle(free_blocks.begin(), free_blocks.end(), rng);  // non-contiguous tables
 
     int max_blocks = 0;
-    for (auto [cached, fresh] : seqs) max_blocks = std::max(max_blocks, (cached + fresh + c.block_size - 1) / c.block_size);
+    for (auto [cached, fresh] : seqs)
+      max_blocks = std::max(max_blocks, (cached + fresh + c.block_size - 1) / c.block_size);
     std::vector<int32_t> tables(seqs.size() * max_blocks, 0), qsl = {0}, seq_lens;
     std::vector<std::vector<std::vector<float>>> keys(seqs.size()), values(seqs.size());
     std::vector<float> q;
     size_t next_free = 0;
     for (size_t s = 0; s < seqs.size(); ++s) {
       const int len = seqs[s].first + seqs[s].second;
-      for (int b = 0; b < (len + c.block_size - 1) / c.block_size; ++b) tables[s * max_blocks + b] = free_blocks[next_free++];
+      for (int b = 0; b < (len + c.block_size - 1) / c.block_size; ++b)
+        tables[s * max_blocks + b] = free_blocks[next_free++];
       for (int t = 0; t < len; ++t) {
         keys[s].push_back(random_vec(row, rng));
         values[s].push_back(random_vec(row, rng));
-        const int64_t slot = int64_t{tables[s * max_blocks + t / c.block_size]} * c.block_size + t % c.block_size;
+        const int64_t slot =
+            int64_t{tables[s * max_blocks + t / c.block_size]} * c.block_size + t % c.block_size;
         std::vector<int64_t> slots = {slot};
-        write_kv(keys[s][t].data(), values[s][t].data(), slots.data(), 1, layout, k_cache.data(), v_cache.data());
+        write_kv(keys[s][t].data(), values[s][t].data(), slots.data(), 1, layout, k_cache.data(),
+                 v_cache.data());
       }
       const auto qs = random_vec(seqs[s].second * c.q_heads * c.head_dim, rng);
       q.insert(q.end(), qs.begin(), qs.end());
       qsl.push_back(qsl.back() + seqs[s].second);
       seq_lens.push_back(len);
     }
-    AttentionBatch batch{static_cast<int>(seqs.size()), qsl.data(), seq_lens.data(), tables.data(), max_blocks, c.window};
+    AttentionBatch batch{static_cast<int>(seqs.size()),
+                         qsl.data(),
+                         seq_lens.data(),
+                         tables.data(),
+                         max_blocks,
+                         c.window};
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     std::vector<float> out(q.size()), out_ref(q.size()), out_dense(q.size());
-    paged_attention(q.data(), k_cache.data(), v_cache.data(), layout, batch, c.q_heads, scale, out.data());
-    ref::paged_attention(q.data(), k_cache.data(), v_cache.data(), layout, batch, c.q_heads, scale, out_ref.data());
+    paged_attention(q.data(), k_cache.data(), v_cache.data(), layout, batch, c.q_heads, scale,
+                    out.data());
+    ref::paged_attention(q.data(), k_cache.data(), v_cache.data(), layout, batch, c.q_heads, scale,
+                         out_ref.data());
     for (size_t s = 0; s < seqs.size(); ++s) {
-      std::vector<float> qs(q.begin() + qsl[s] * c.q_heads * c.head_dim, q.begin() + qsl[s + 1] * c.q_heads * c.head_dim);
-      dense_attention(qs, keys[s], values[s], seqs[s].second, c.q_heads, c.kv_heads, c.head_dim, c.window, scale,
-                      out_dense.data() + qsl[s] * c.q_heads * c.head_dim);
+      std::vector<float> qs(q.begin() + qsl[s] * c.q_heads * c.head_dim,
+                            q.begin() + qsl[s + 1] * c.q_heads * c.head_dim);
+      dense_attention(qs, keys[s], values[s], seqs[s].second, c.q_heads, c.kv_heads, c.head_dim,
+                      c.window, scale, out_dense.data() + qsl[s] * c.q_heads * c.head_dim);
     }
-    const std::string what = "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
-                             " hd " + std::to_string(c.head_dim) + " bs " + std::to_string(c.block_size) +
-                             " window " + std::to_string(c.window);
+    const std::string what = "heads " + std::to_string(c.q_heads) + "/" +
+                             std::to_string(c.kv_heads) + " hd " + std::to_string(c.head_dim) +
+                             " bs " + std::to_string(c.block_size) + " window " +
+                             std::to_string(c.window);
     expect_close(out_ref, out_dense, 1e-5f, "reference vs dense, " + what);
     expect_close(out, out_ref, 1e-5f, "kernel vs reference, " + what);
   }

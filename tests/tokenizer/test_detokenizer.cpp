@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -38,7 +37,8 @@ bool valid_utf8(const std::string& s) { return utf8::lossy(s) == s; }
 
 TEST(Detokenizer, NeverSplitsMultibyteCharacters) {
   const auto tok = Tokenizer::load(PAGODA_TEST_DATA_DIR "/tokenizers/qwen3");
-  const std::string text = "你好，世界！😀👍🏽 家族👨‍👩‍👧‍👦 café ١٢٣ done";
+  const std::string text =
+      "你好，世界！😀👍🏽 家族👨‍👩‍👧‍👦 café ١٢٣ done";
   const auto prompt = tok->encode("Say:", false);
   const auto ids = tok->encode(text, false);
   IncrementalDetokenizer detok(*tok, prompt);
@@ -71,7 +71,10 @@ TEST(Detokenizer, FlushReplacesAnIncompleteTail) {
 
 TEST(Tokenizer, Utf8Lossy) {
   EXPECT_EQ(utf8::lossy("ok"), "ok");
-  EXPECT_EQ(utf8::lossy("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8::lossy("a\xFF"
+                        "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(utf8::lossy("\xE4\xBD"), "\xEF\xBF\xBD");  // truncated 3-byte char: one U+FFFD
   EXPECT_EQ(utf8::lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
   EXPECT_TRUE(utf8::ends_incomplete("x\xE4\xBD"));
@@ -88,8 +91,8 @@ class TempDir {
  public:
   TempDir() {
     path_ = std::filesystem::temp_directory_path() /
-            ("pagoda_tok_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-             std::to_string(reinterpret_cast<uintptr_t>(this)));
+            ("pagoda_tok_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+             "_" + std::to_string(reinterpret_cast<uintptr_t>(this)));
     std::filesystem::create_directories(path_);
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
@@ -122,7 +125,8 @@ TEST(Tokenizer, BadFilesAreRefusedWithTheFileName) {
   wordpiece.file("tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {}}})");
   expect_input_error(wordpiece.path(), "WordPiece");
   TempDir bad_merge;
-  bad_merge.file("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})");
+  bad_merge.file("tokenizer.json",
+                 R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})");
   expect_input_error(bad_merge.path(), "merge #0");
   TempDir bad_regex;
   bad_regex.file("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},

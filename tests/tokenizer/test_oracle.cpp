@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
@@ -15,7 +14,8 @@ namespace {
 void check_against_oracle(const std::string& name) {
   const std::string oracle_path = std::string(PAGODA_ORACLE_DIR) + "/" + name + ".jsonl";
   std::ifstream in(oracle_path);
-  ASSERT_TRUE(in) << oracle_path << " is missing: run the tokenizer_oracle_setup test (ctest) first";
+  ASSERT_TRUE(in) << oracle_path
+                  << " is missing: run the tokenizer_oracle_setup test (ctest) first";
   const auto tok = Tokenizer::load(std::string(PAGODA_TEST_DATA_DIR) + "/tokenizers/" + name);
   std::string line;
   int cases = 0, normalized = 0;
@@ -26,7 +26,8 @@ void check_against_oracle(const std::string& name) {
     EXPECT_EQ(tok->encode(text, false), ids) << name << " text: " << text;
     EXPECT_EQ(tok->encode(text, true), ids_with_special) << name << " text: " << text;
     const std::string decoded = j["decoded"];
-    EXPECT_EQ(tok->decode(ids, /*skip_special_tokens=*/false), decoded) << name << " decode: " << text;
+    EXPECT_EQ(tok->decode(ids, /*skip_special_tokens=*/false), decoded)
+        << name << " decode: " << text;
     // Round trip: exact, except where the normalizer (NFC) changed the text.
     if (decoded != text) {
       ++normalized;

@@ -16,8 +16,10 @@ namespace {
 bool cpu_has(Isa isa) {
   __builtin_cpu_init();  // may run from a static initializer, before libgcc sets up
   switch (isa) {
-    case Isa::Scalar: return true;
-    case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::Scalar:
+      return true;
+    case Isa::Avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -28,22 +30,31 @@ bool cpu_has(Isa isa) {
 Isa g_isa = best_isa();
 
 // Calls ISA::fn(args...) for the current ISA.
-#define PAGODA_DISPATCH(fn, ...)                      \
-  do {                                                \
-    switch (g_isa) {                                  \
-      case Isa::Avx512: avx512::fn(__VA_ARGS__); break; \
-      case Isa::Avx2: avx2::fn(__VA_ARGS__); break;   \
-      case Isa::Scalar: scalar::fn(__VA_ARGS__); break; \
-    }                                                 \
+#define PAGODA_DISPATCH(fn, ...) \
+  do {                           \
+    switch (g_isa) {             \
+      case Isa::Avx512:          \
+        avx512::fn(__VA_ARGS__); \
+        break;                   \
+      case Isa::Avx2:            \
+        avx2::fn(__VA_ARGS__);   \
+        break;                   \
+      case Isa::Scalar:          \
+        scalar::fn(__VA_ARGS__); \
+        break;                   \
+    }                            \
   } while (0)
 
 }  // namespace
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
   }
   return "?";
 }
@@ -74,17 +85,19 @@ void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float
 }
 
 void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) {
-  parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
-    PAGODA_DISPATCH(rms_norm_rows, x, weight, n, eps, y, r0, r1);
-  });
+  parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 PAGODA_DISPATCH(rms_norm_rows, x, weight, n, eps, y, r0, r1);
+               });
 }
 
 void add_rms_norm(float* residual, const float* x, const float* weight, int64_t m, int64_t n,
                   float eps, float* y) {
-  parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
-    PAGODA_DISPATCH(add_rows, residual, x, n, r0, r1);
-    PAGODA_DISPATCH(rms_norm_rows, residual, weight, n, eps, y, r0, r1);
-  });
+  parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 PAGODA_DISPATCH(add_rows, residual, x, n, r0, r1);
+                 PAGODA_DISPATCH(rms_norm_rows, residual, weight, n, eps, y, r0, r1);
+               });
 }
 
 void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
@@ -113,9 +126,9 @@ void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32
 }
 
 void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
-  parallel_for(m, std::max<int64_t>(1, 8192 / std::max<int64_t>(inter, 1)), [&](int64_t r0, int64_t r1) {
-    PAGODA_DISPATCH(silu_mul_rows, gate_up, inter, out, r0, r1);
-  });
+  parallel_for(
+      m, std::max<int64_t>(1, 8192 / std::max<int64_t>(inter, 1)),
+      [&](int64_t r0, int64_t r1) { PAGODA_DISPATCH(silu_mul_rows, gate_up, inter, out, r0, r1); });
 }
 
 void softmax(float* x, int64_t n) {
@@ -130,12 +143,14 @@ void softmax(float* x, int64_t n) {
 void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out) {
   const int64_t d = table.cols;
   for (int64_t i = 0; i < m; ++i) {
-    PAGODA_CHECK(ids[i] >= 0 && ids[i] < table.rows, "token id {} outside [0, {})", ids[i], table.rows);
+    PAGODA_CHECK(ids[i] >= 0 && ids[i] < table.rows, "token id {} outside [0, {})", ids[i],
+                 table.rows);
     if (table.dtype == DType::BF16) {
       const auto* row = static_cast<const uint16_t*>(table.data) + ids[i] * d;
       for (int64_t j = 0; j < d; ++j) out[i * d + j] = bf16_to_f32(row[j]);
     } else {
-      std::memcpy(out + i * d, static_cast<const float*>(table.data) + ids[i] * d, d * sizeof(float));
+      std::memcpy(out + i * d, static_cast<const float*>(table.data) + ids[i] * d,
+                  d * sizeof(float));
     }
   }
 }
@@ -161,7 +176,8 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
   thread_local std::vector<int32_t> row_seq;
   row_seq.resize(rows);
   for (int s = 0; s < batch.num_seqs; ++s) {
-    for (int32_t r = batch.query_start_loc[s]; r < batch.query_start_loc[s + 1]; ++r) row_seq[r] = s;
+    for (int32_t r = batch.query_start_loc[s]; r < batch.query_start_loc[s + 1]; ++r)
+      row_seq[r] = s;
   }
   const int32_t* row_seq_data = row_seq.data();
   parallel_for(rows * num_q_heads, 4, [&](int64_t w0, int64_t w1) {

@@ -5,7 +5,8 @@
 #include "ops/ops.h"
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
+#pragma clang attribute push( \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
 #else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 #endif

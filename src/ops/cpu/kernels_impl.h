@@ -99,8 +99,8 @@ void linear_columns(const float* x, int64_t m, const Matrix& w, const float* bia
   }
 }
 
-void rms_norm_rows(const float* x, const float* weight, int64_t n, float eps, float* y,
-                   int64_t r0, int64_t r1) {
+void rms_norm_rows(const float* x, const float* weight, int64_t n, float eps, float* y, int64_t r0,
+                   int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -143,10 +143,9 @@ void attention_items(const float* q, const float* k_cache, const float* v_cache,
     const int s = row_seq[row];
     const int64_t num_new = batch.query_start_loc[s + 1] - batch.query_start_loc[s];
     const int64_t last_key = batch.seq_lens[s] - num_new + (row - batch.query_start_loc[s]);
-    const int64_t first_key =
-        batch.sliding_window > 0 && last_key - batch.sliding_window + 1 > 0
-            ? last_key - batch.sliding_window + 1
-            : 0;
+    const int64_t first_key = batch.sliding_window > 0 && last_key - batch.sliding_window + 1 > 0
+                                  ? last_key - batch.sliding_window + 1
+                                  : 0;
     const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
     const float* qv = q + (row * num_q_heads + h) * hd;
     const int kv_head = h / group;

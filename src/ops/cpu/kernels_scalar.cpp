@@ -4,6 +4,5 @@
 #include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
-
 #define PAGODA_ISA scalar
 #include "ops/cpu/kernels_impl.h"
