@@ -48,26 +48,50 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
   if (eos_ids_.empty() && tokenizer_->eos_token_id())
     eos_ids_.push_back(*tokenizer_->eos_token_id());
 
-  // KV pool: every block holds block_size positions of every layer.
-  const int64_t bytes_per_block = model_->kv_cache_spec().bytes_per_token() * options.block_size;
+  // KV pool: a block holds block_size positions of one layer per group slot.
+  const KVCacheSpec spec = model_->kv_cache_spec();
+  std::vector<KVCacheGroup> groups = make_kv_cache_groups(spec.layer_sliding_window);
+  size_t slots = 0;
+  for (const KVCacheGroup& g : groups) slots = std::max(slots, g.layers.size());
+  const int64_t bytes_per_block =
+      static_cast<int64_t>(slots) * 2 * spec.num_kv_heads * spec.head_dim * 4 * options.block_size;
+  // One sequence of max_model_len must fit: a full group needs every block,
+  // a sliding group only those in its window (+1 partial, +1 being filled).
   const int64_t blocks_per_seq = (max_model_len_ + options.block_size - 1) / options.block_size;
+  int64_t min_blocks = 0;
+  for (const KVCacheGroup& g : groups) {
+    min_blocks += g.sliding_window == 0
+                      ? blocks_per_seq
+                      : std::min(blocks_per_seq, g.sliding_window / options.block_size + 2);
+  }
   int64_t budget = options.kv_cache_memory;
   if (budget <= 0) {  // enough for max_num_seqs full-length sequences, within half the free RAM
-    budget = std::min<int64_t>(blocks_per_seq * bytes_per_block * options.max_num_seqs,
+    budget = std::min<int64_t>(min_blocks * bytes_per_block * options.max_num_seqs,
                                available_memory_bytes() / 2);
   }
-  const int64_t num_blocks = budget / bytes_per_block;
-  if (num_blocks < blocks_per_seq) {
+  const int64_t num_blocks = std::min<int64_t>(budget / bytes_per_block, INT32_MAX);
+  if (num_blocks < min_blocks) {
     throw_input_error(
         "KV cache of {} bytes holds {} blocks of {} tokens, fewer than one sequence of "
         "max_model_len {} needs ({} blocks); raise --kv-cache-memory or lower --max-model-len",
-        budget, num_blocks, options.block_size, max_model_len_, blocks_per_seq);
+        budget, num_blocks, options.block_size, max_model_len_, min_blocks);
   }
-  blocks_ = std::make_unique<BlockAllocator>(static_cast<int32_t>(num_blocks));
+  kv_ = std::make_unique<KVCacheManager>(groups, static_cast<int32_t>(num_blocks),
+                                         options.block_size, options.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size},
-      *blocks_);
-  runner_ = std::make_unique<ModelRunner>(*model_, num_blocks, options.block_size);
+      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size}, *kv_);
+  runner_ = std::make_unique<ModelRunner>(*model_, groups, num_blocks, options.block_size);
+}
+
+EngineStats LLMEngine::stats() const {
+  EngineStats s;
+  s.num_running = scheduler_->num_running();
+  s.num_waiting = scheduler_->num_waiting();
+  s.kv_blocks_total = kv_->pool().num_blocks();
+  s.kv_blocks_free = kv_->pool().num_free();
+  s.prefix_cache_queried_tokens = kv_->queried_tokens();
+  s.prefix_cache_hit_tokens = kv_->hit_tokens();
+  return s;
 }
 
 LLMEngine::~LLMEngine() = default;
@@ -158,6 +182,7 @@ RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
 
   RequestMetrics& m = out.metrics;
   m.num_prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
+  m.num_cached_tokens = r.num_cached_tokens;
   m.num_output_tokens = static_cast<int64_t>(r.output_ids.size());
   m.num_preemptions = r.num_preemptions;
   if (!r.output_ids.empty()) {

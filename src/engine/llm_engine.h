@@ -11,7 +11,7 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "kv/block_allocator.h"
+#include "kv/kv_cache_manager.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,10 +24,27 @@ struct EngineOptions {
   int32_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
   int num_threads = 0;        // 0 = all cores
+  bool enable_prefix_caching = true;
+};
+
+// Engine-wide counters (the server's /metrics reads these).
+struct EngineStats {
+  size_t num_running = 0;
+  size_t num_waiting = 0;
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_free = 0;  // includes cached blocks no request uses
+  int64_t prefix_cache_queried_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  double prefix_cache_hit_rate() const {
+    return prefix_cache_queried_tokens ? static_cast<double>(prefix_cache_hit_tokens) /
+                                             static_cast<double>(prefix_cache_queried_tokens)
+                                       : 0.0;
+  }
 };
 
 struct RequestMetrics {
   int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache
   int64_t num_output_tokens = 0;
   int64_t num_preemptions = 0;
   double time_to_first_token_s = 0;
@@ -57,8 +74,10 @@ class LLMEngine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& model_config() const { return model_->config(); }
   int64_t max_model_len() const { return max_model_len_; }
-  int32_t num_kv_blocks() const { return blocks_->num_blocks(); }
-  int32_t num_free_kv_blocks() const { return blocks_->num_free(); }
+  int32_t num_kv_blocks() const { return kv_->pool().num_blocks(); }
+  int32_t num_free_kv_blocks() const { return kv_->pool().num_free(); }
+  const KVCacheManager& kv_cache() const { return *kv_; }
+  EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
 
   // Validates and queues a request; throws InputError for bad params, an
@@ -93,7 +112,7 @@ class LLMEngine {
   std::unique_ptr<CausalLM> model_;
   int64_t max_model_len_ = 0;
   std::vector<int32_t> eos_ids_;
-  std::unique_ptr<BlockAllocator> blocks_;
+  std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;

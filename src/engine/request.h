@@ -10,6 +10,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
+#include "kv/kv_cache_manager.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
@@ -34,11 +35,13 @@ struct Request {
   RequestStatus status = RequestStatus::Waiting;
   FinishReason finish_reason = FinishReason::None;
 
-  // KV cache state: the blocks holding this request's tokens, in order, and
-  // how many of its tokens (prompt + output) already have K/V in them.
-  std::vector<int32_t> block_table;
+  // KV cache state: the blocks holding this request's tokens (per layer
+  // group), and how many of its tokens (prompt + output) have K/V in them.
+  KVRequestState kv;
   int64_t num_computed_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens found in the prefix cache (first admission)
   int64_t num_preemptions = 0;
+  bool admitted_before = false;
 
   // Output text, built incrementally; stop strings are cut from it.
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
@@ -57,6 +60,12 @@ struct Request {
     return i < p ? prompt_ids[i] : output_ids[i - p];
   }
   bool finished() const { return status == RequestStatus::Finished; }
+  // Prompt followed by the output so far (what a recompute must cover).
+  std::vector<int32_t> all_tokens() const {
+    std::vector<int32_t> t = prompt_ids;
+    t.insert(t.end(), output_ids.begin(), output_ids.end());
+    return t;
+  }
 };
 
 }  // namespace pagoda

@@ -6,21 +6,20 @@
 
 namespace pagoda {
 
-Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& blocks)
-    : config_(config), blocks_(blocks) {}
+Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv) : config_(config), kv_(kv) {}
 
 void Scheduler::add(Request* request) { waiting_.push_back(request); }
 
 bool Scheduler::ensure_blocks(Request* request, int64_t num_tokens) {
-  const int64_t needed = (num_tokens + config_.block_size - 1) / config_.block_size;
-  const auto have = static_cast<int64_t>(request->block_table.size());
-  if (needed <= have) return true;
-  return blocks_.allocate(static_cast<int32_t>(needed - have), &request->block_table);
+  return kv_.allocate(request->kv, request->num_computed_tokens, num_tokens);
+}
+
+int64_t Scheduler::tokens_to_schedule(const Request* request, int64_t budget) const {
+  return std::min(request->num_tokens() - request->num_computed_tokens, budget);
 }
 
 void Scheduler::preempt(Request* request) {
-  blocks_.free(request->block_table);
-  request->block_table.clear();
+  kv_.free(request->kv);
   request->num_computed_tokens = 0;  // recomputed from scratch when resumed
   request->status = RequestStatus::Waiting;
   request->num_preemptions++;
@@ -34,7 +33,7 @@ SchedulerOutput Scheduler::schedule() {
   // Running requests, oldest first; the newest are preempted to make room.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    const int64_t n = tokens_to_schedule(r, budget);
     bool scheduled = true;
     while (!ensure_blocks(r, r->num_computed_tokens + n)) {
       Request* victim = running_.back();
@@ -57,8 +56,17 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
-    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
-    if (!ensure_blocks(r, r->num_computed_tokens + n)) break;
+    if (r->num_computed_tokens == 0) {  // skip whatever the prefix cache already holds
+      r->num_computed_tokens = kv_.take_cached_prefix(r->kv, r->all_tokens());
+      if (!r->admitted_before) r->num_cached_tokens = r->num_computed_tokens;
+    }
+    const int64_t n = tokens_to_schedule(r, budget);
+    if (!ensure_blocks(r, r->num_computed_tokens + n)) {
+      kv_.free(r->kv);  // give the prefix hits back; retry next step
+      r->num_computed_tokens = 0;
+      break;
+    }
+    r->admitted_before = true;
     waiting_.pop_front();
     r->status = RequestStatus::Running;
     running_.push_back(r);
@@ -74,8 +82,7 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
 }
 
 void Scheduler::finish(Request* request) {
-  blocks_.free(request->block_table);
-  request->block_table.clear();
+  kv_.free(request->kv);
   running_.erase(std::remove(running_.begin(), running_.end(), request), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), request), waiting_.end());
   request->status = RequestStatus::Finished;

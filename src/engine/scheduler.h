@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/request.h"
-#include "kv/block_allocator.h"
+#include "kv/kv_cache_manager.h"
 
 namespace pagoda {
 
@@ -34,11 +34,12 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, BlockAllocator& blocks);
+  Scheduler(const SchedulerConfig& config, KVCacheManager& kv);
 
   void add(Request* request);  // joins the waiting queue (FCFS)
   SchedulerOutput schedule();
-  // After the step ran: advances num_computed_tokens of the scheduled requests.
+  // After the step ran: advances num_computed_tokens of the scheduled
+  // requests and offers their newly full blocks to the prefix cache.
   void on_step_done(const SchedulerOutput& out);
   // Releases a finished or aborted request's blocks and drops it from the queues.
   void finish(Request* request);
@@ -46,14 +47,18 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  const std::deque<Request*>& waiting() const { return waiting_; }
+  const std::vector<Request*>& running() const { return running_; }
 
  private:
   // Makes sure the request has blocks for `num_tokens` tokens.
   bool ensure_blocks(Request* request, int64_t num_tokens);
+  // Tokens the request still has to compute, capped by the step budget.
+  int64_t tokens_to_schedule(const Request* request, int64_t budget) const;
   void preempt(Request* request);
 
   SchedulerConfig config_;
-  BlockAllocator& blocks_;
+  KVCacheManager& kv_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // in admission order
 };

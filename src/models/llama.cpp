@@ -126,8 +126,9 @@ void LlamaModel::load(const LlamaVariant& variant) {
   }
 }
 
-void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch, float* k_cache,
-                           float* v_cache, const ops::KVLayout& layout, int64_t tokens) {
+void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
+                           const KVGroupMetadata& group, float* k_cache, float* v_cache,
+                           const ops::KVLayout& layout, int64_t tokens) {
   const ModelConfig& c = config_;
   const int hd = static_cast<int>(c.head_dim);
   const int q_heads = static_cast<int>(c.num_attention_heads);
@@ -142,15 +143,15 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch, fl
   }
   ops::rope(ws_.q.data(), tokens, q_heads, hd, batch.positions.data(), inv_freq_.data(), hd);
   ops::rope(ws_.k.data(), tokens, kv_heads, hd, batch.positions.data(), inv_freq_.data(), hd);
-  ops::write_kv(ws_.k.data(), ws_.v.data(), batch.slot_mapping.data(), tokens, layout, k_cache,
+  ops::write_kv(ws_.k.data(), ws_.v.data(), group.slot_mapping.data(), tokens, layout, k_cache,
                 v_cache);
 
   ops::AttentionBatch ab;
   ab.num_seqs = batch.num_seqs();
   ab.query_start_loc = batch.query_start_loc.data();
   ab.seq_lens = batch.seq_lens.data();
-  ab.block_tables = batch.block_tables.data();
-  ab.max_blocks_per_seq = batch.max_blocks_per_seq;
+  ab.block_tables = group.block_tables.data();
+  ab.max_blocks_per_seq = group.max_blocks_per_seq;
   ab.sliding_window = static_cast<int>(w.sliding_window);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ops::paged_attention(ws_.q.data(), k_cache, v_cache, layout, ab, q_heads, scale, ws_.attn.data());
@@ -175,7 +176,7 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
       ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.input_norm, tokens, h, eps,
                         ws_.hidden.data());
     }
-    attention(w, batch, kv.k[i], kv.v[i], kv.layout, tokens);
+    attention(w, batch, batch.kv_groups[kv.layer_group[i]], kv.k[i], kv.v[i], kv.layout, tokens);
     ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
                       ws_.hidden.data());
     ops::linear(ws_.hidden.data(), tokens, w.gate_up, nullptr, ws_.gate_up.data());

@@ -14,15 +14,21 @@
 
 namespace pagoda {
 
+// Where one KV-cache group's layers write and read K/V this step (each
+// group of layers with the same attention spec has its own block tables).
+struct KVGroupMetadata {
+  std::vector<int64_t> slot_mapping;  // [num_tokens] KV slot to write each token to
+  std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq], padded with 0
+  int32_t max_blocks_per_seq = 0;
+};
+
 // One forward step over several sequences, flattened (vLLM's varlen layout).
 struct BatchMetadata {
   std::vector<int32_t> token_ids;        // [num_tokens] new tokens of all sequences
   std::vector<int32_t> positions;        // [num_tokens] position of each token in its sequence
-  std::vector<int64_t> slot_mapping;     // [num_tokens] KV slot to write each token to
   std::vector<int32_t> query_start_loc;  // [num_seqs + 1]
   std::vector<int32_t> seq_lens;         // [num_seqs] cached + new tokens after this step
-  std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq], padded with 0
-  int32_t max_blocks_per_seq = 0;
+  std::vector<KVGroupMetadata> kv_groups;
   // Rows of the flattened tokens whose logits are wanted (usually the last
   // token of each sequence that finishes its prompt or decodes).
   std::vector<int32_t> logits_indices;
@@ -36,6 +42,7 @@ struct KVCacheView {
   ops::KVLayout layout;
   std::vector<float*> k;  // [num_layers] -> [num_blocks, block_size, kv_heads, head_dim]
   std::vector<float*> v;
+  std::vector<int32_t> layer_group;  // [num_layers] -> index into BatchMetadata::kv_groups
 };
 
 // What a model needs from the KV cache, so the engine can size it.
