@@ -76,8 +76,8 @@ class LlamaModel final : public CausalLM {
 
  private:
   void load(const LlamaVariant& variant);
-  void attention(const LayerWeights& w, const BatchMetadata& batch, float* k_cache, float* v_cache,
-                 const ops::KVLayout& layout, int64_t tokens);
+  void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
+                 float* k_cache, float* v_cache, const ops::KVLayout& layout, int64_t tokens);
 
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;
