@@ -77,8 +77,13 @@ SchedulerOutput Scheduler::schedule() {
 }
 
 void Scheduler::on_step_done(const SchedulerOutput& out) {
-  for (const ScheduledRequest& s : out.scheduled)
-    s.request->num_computed_tokens += s.num_new_tokens;
+  for (const ScheduledRequest& s : out.scheduled) {
+    Request* r = s.request;
+    r->num_computed_tokens += s.num_new_tokens;
+    if (kv_.prefix_caching() && r->num_computed_tokens / kv_.block_size() > r->kv.num_cached_blocks) {
+      kv_.cache_full_blocks(r->kv, r->all_tokens(), r->num_computed_tokens);
+    }
+  }
 }
 
 void Scheduler::finish(Request* request) {
