@@ -96,10 +96,9 @@ EngineStats LLMEngine::stats() const {
 
 LLMEngine::~LLMEngine() = default;
 
-void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
-                            const SamplingParams& params) {
+void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
+                                 const SamplingParams& params) const {
   params.validate();
-  if (requests_.count(request_id)) throw_input_error("duplicate request id '{}'", request_id);
   if (prompt_ids.empty()) throw_input_error("the prompt is empty");
   if (static_cast<int64_t>(prompt_ids.size()) >= max_model_len_) {
     throw_input_error("the prompt has {} tokens, but the model's context length is {}",
@@ -107,9 +106,16 @@ void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> 
   }
   const int64_t vocab = model_->config().vocab_size;
   for (int32_t id : prompt_ids) {
-    if (id < 0 || id >= vocab)
+    if (id < 0 || id >= vocab) {
       throw_input_error("token id {} is outside the vocabulary [0, {})", id, vocab);
+    }
   }
+}
+
+void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                            const SamplingParams& params) {
+  validate_request(prompt_ids, params);
+  if (requests_.count(request_id)) throw_input_error("duplicate request id '{}'", request_id);
   auto request =
       std::make_unique<Request>(request_id, std::move(prompt_ids), params, tokenizer_.get());
   scheduler_->add(request.get());

@@ -80,9 +80,12 @@ class LLMEngine {
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
 
-  // Validates and queues a request; throws InputError for bad params, an
-  // empty or too long prompt, token ids outside the vocabulary, or a
-  // duplicate id.
+  // Throws InputError for bad params, an empty or too long prompt or token
+  // ids outside the vocabulary. Reads only immutable state: safe to call
+  // from any thread.
+  void validate_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const;
+  // Validates and queues a request; throws InputError as validate_request
+  // does, or for a duplicate id.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
                    const SamplingParams& params);
   // Finishes a request at once with reason Abort; false if unknown.
