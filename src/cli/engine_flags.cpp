@@ -1,4 +1,8 @@
+#include <cstdio>
+
 #include "cli/commands.h"
+#include "core/parallel.h"
+#include "ops/ops.h"
 
 namespace pagoda::cli {
 
@@ -19,9 +23,25 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
                  "Most tokens computed in one step (longer prompts are prefilled in chunks)")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
+  cmd.add_flag("--no-prefix-caching{false}", o.enable_prefix_caching,
+               "Disable automatic prefix caching (on by default)");
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
+}
+
+}  // namespace pagoda::cli
+
+namespace pagoda::cli {
+
+void print_engine_summary(const LLMEngine& engine) {
+  const int32_t blocks = engine.num_kv_blocks(), block_size = engine.options().block_size;
+  std::fprintf(stderr,
+               "pagoda: KV cache %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu layer "
+               "group(s)), prefix caching %s, %d thread(s), %s kernels\n",
+               blocks, block_size, static_cast<long long>(blocks) * block_size,
+               static_cast<double>(engine.kv_cache_bytes()) / (1 << 20), engine.kv_cache().groups().size(),
+               engine.kv_cache().prefix_caching() ? "on" : "off", num_threads(), ops::isa_name(ops::current_isa()));
 }
 
 }  // namespace pagoda::cli

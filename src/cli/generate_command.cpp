@@ -20,6 +20,7 @@ struct GenerateArgs {
   std::string prompts_file;
   bool json = false;
   bool no_progress = false;
+  bool quiet = false;
   int64_t seed = -1;
   SamplingParams sampling;
   EngineOptions engine;
@@ -106,6 +107,7 @@ int run_generate(GenerateArgs& a) {
   if (prompts.empty()) throw_input_error("no prompts: give --prompt TEXT or --prompts-file FILE");
 
   LLM llm(a.model, a.engine);
+  if (!a.quiet) print_engine_summary(llm.engine());
   const bool show_progress = !a.no_progress && prompts.size() > 1 && isatty(STDERR_FILENO);
   const auto outputs =
       llm.generate(prompts, {a.sampling}, show_progress ? LLM::Progress(print_progress) : nullptr);
@@ -137,6 +139,7 @@ Runner add_generate_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_flag("--json", args->json, "Print one JSON object per prompt (ids, text, metrics)");
   cmd->add_flag("--no-progress", args->no_progress, "Do not draw a progress bar on stderr");
+  cmd->add_flag("--quiet,-q", args->quiet, "Print only the generated text (no engine summary)");
   add_sampling_flags(*cmd, args->sampling, args->seed);
   add_engine_flags(*cmd, args->engine);
   return [args] { return run_generate(*args); };

@@ -77,6 +77,7 @@ class LLMEngine {
   int32_t num_kv_blocks() const { return kv_->pool().num_blocks(); }
   int32_t num_free_kv_blocks() const { return kv_->pool().num_free(); }
   const KVCacheManager& kv_cache() const { return *kv_; }
+  size_t kv_cache_bytes() const { return runner_->kv_storage_bytes(); }
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
 
