@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_generate_command);
   add(pagoda::cli::add_logits_command);
   add(pagoda::cli::add_bench_command);
+  add(pagoda::cli::add_serve_command);
 
   try {
     app.parse(argc, argv);

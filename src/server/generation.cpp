@@ -1,0 +1,253 @@
+#include "server/generation.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "tokenizer/chat_template.h"
+
+namespace pagoda::server {
+
+namespace {
+
+using Json = nlohmann::json;
+using namespace std::chrono_literals;
+
+const char* finish_reason_json(FinishReason r) {
+  return r == FinishReason::Length ? "length" : r == FinishReason::Stop ? "stop" : "abort";
+}
+
+std::vector<int32_t> chat_prompt(GenerationContext& ctx, const GenerationRequest& req) {
+  if (ctx.chat_template.empty()) {
+    throw bad_request("this model has no chat template (tokenizer_config.json chat_template); use /v1/completions",
+                      "messages");
+  }
+  ChatTemplateInputs in;
+  in.messages = req.messages;
+  in.tools = req.tools;
+  in.add_generation_prompt = req.add_generation_prompt;
+  in.bos_token = ctx.engine.tokenizer().bos_token();
+  in.eos_token = ctx.engine.tokenizer().eos_token();
+  in.extra_context = req.chat_template_kwargs;
+  std::string text;
+  try {
+    text = render_chat_template(ctx.chat_template, in);
+  } catch (const InputError& e) {
+    throw bad_request(std::string("chat template: ") + e.what(), "messages");
+  }
+  // The template already wrote BOS and other specials where they belong.
+  return ctx.engine.tokenizer().encode(text, /*add_special_tokens=*/false);
+}
+
+Json logprobs_json(GenerationContext& ctx, bool chat, const std::vector<SampledToken>& lps, size_t from) {
+  const Tokenizer& tok = ctx.engine.tokenizer();
+  auto text_of = [&](int32_t id) { return tok.decode(std::vector<int32_t>{id}, false); };
+  auto bytes_of = [](const std::string& s) {
+    Json b = Json::array();
+    for (unsigned char c : s) b.push_back(c);
+    return b;
+  };
+  if (chat) {
+    Json content = Json::array();
+    for (size_t i = from; i < lps.size(); ++i) {
+      Json top = Json::array();
+      for (const auto& [id, lp] : lps[i].top_logprobs) {
+        const std::string t = text_of(id);
+        top.push_back({{"token", t}, {"logprob", lp}, {"bytes", bytes_of(t)}});
+      }
+      const std::string t = text_of(lps[i].token);
+      content.push_back({{"token", t}, {"logprob", lps[i].logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array();
+  for (size_t i = from; i < lps.size(); ++i) {
+    tokens.push_back(text_of(lps[i].token));
+    token_logprobs.push_back(lps[i].logprob);
+    Json top = Json::object();
+    for (const auto& [id, lp] : lps[i].top_logprobs) top[text_of(id)] = lp;
+    top_logprobs.push_back(top);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}};
+}
+
+}  // namespace
+
+Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req, const std::string& id) {
+  if (!req.model.empty() && req.model != ctx.model_name) {
+    throw ApiError(404, "NotFoundError", "The model `" + req.model + "` does not exist.", "model");
+  }
+  std::vector<std::vector<int32_t>> prompts;
+  if (req.chat) {
+    prompts.push_back(chat_prompt(ctx, req));
+  } else {
+    for (const std::string& t : req.text_prompts) prompts.push_back(ctx.engine.tokenizer().encode(t, true));
+    for (const auto& ids : req.id_prompts) prompts.push_back(ids);
+  }
+  const int64_t max_len = ctx.engine.engine().max_model_len();
+  Submitted sub;
+  sub.id = id;
+  sub.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  sub.chat = req.chat;
+  sub.top_logprobs = req.top_logprobs;
+  sub.include_usage = req.include_usage;
+  sub.n = req.n;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const auto len = static_cast<int64_t>(prompts[p].size());
+    if (len == 0) throw bad_request("the prompt is empty", req.chat ? "messages" : "prompt");
+    const int64_t max_tokens = req.max_tokens ? *req.max_tokens : (req.chat ? max_len - len : 16);
+    if (len + max_tokens > max_len || max_tokens < 1) {
+      throw bad_request("This model's maximum context length is " + std::to_string(max_len) + " tokens. However, you requested " +
+                            std::to_string(len + max_tokens) + " tokens (" + std::to_string(len) + " in the prompt, " +
+                            std::to_string(max_tokens) + " for the completion).",
+                        req.chat ? "messages" : "prompt");
+    }
+    sub.prompt_tokens.push_back(len);
+    for (int c = 0; c < req.n; ++c) {
+      SamplingParams params = req.sampling;
+      params.max_tokens = static_cast<int>(max_tokens);
+      params.logprobs = req.top_logprobs;
+      if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(c);  // distinct choices, reproducible
+      const std::string rid = id + "-" + std::to_string(p) + "-" + std::to_string(c);
+      try {
+        sub.streams.push_back(ctx.engine.submit(rid, prompts[p], params));
+      } catch (const InputError& e) {
+        for (const std::string& done : sub.request_ids) ctx.engine.abort(done);
+        throw bad_request(e.what());
+      }
+      sub.request_ids.push_back(rid);
+    }
+  }
+  return sub;
+}
+
+Json collect_response(GenerationContext& ctx, Submitted& sub) {
+  Json choices = Json::array();
+  int64_t completion_tokens = 0;
+  for (size_t i = 0; i < sub.streams.size(); ++i) {
+    std::optional<RequestOutput> last;
+    while (!last || !last->finished) {
+      auto out = sub.streams[i]->next(1000ms);
+      if (out) last = std::move(out);
+    }
+    ctx.metrics.record_request(*last);
+    completion_tokens += static_cast<int64_t>(last->token_ids.size());
+    Json choice = {{"index", i}, {"finish_reason", finish_reason_json(last->finish_reason)}};
+    choice["logprobs"] = sub.top_logprobs >= 0 ? logprobs_json(ctx, sub.chat, last->logprobs, 0) : Json();
+    if (sub.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", last->text}};
+    } else {
+      choice["text"] = last->text;
+    }
+    choices.push_back(choice);
+  }
+  int64_t prompt_tokens = 0;
+  for (int64_t t : sub.prompt_tokens) prompt_tokens += t;
+  return {{"id", sub.id},
+          {"object", sub.chat ? "chat.completion" : "text_completion"},
+          {"created", sub.created},
+          {"model", ctx.model_name},
+          {"choices", choices},
+          {"usage",
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}}};
+}
+
+EventStream::~EventStream() { abort_all("stream closed"); }
+
+void EventStream::abort_all(const char* why) {
+  for (size_t i = 0; i < sub_.streams.size(); ++i) {
+    if (done_[i]) continue;
+    ctx_.engine.abort(sub_.request_ids[i]);
+    ctx_.metrics.record_aborted();
+    std::fprintf(stderr, "pagoda: request %s aborted: %s\n", sub_.request_ids[i].c_str(), why);
+    done_[i] = true;
+  }
+}
+
+std::string EventStream::chunk_for(size_t choice, const RequestOutput& out) {
+  Json c = {{"index", choice}};
+  c["finish_reason"] = out.finished ? Json(finish_reason_json(out.finish_reason)) : Json();
+  c["logprobs"] = sub_.top_logprobs >= 0 && !out.new_token_ids.empty()
+                      ? logprobs_json(ctx_, sub_.chat, out.logprobs, out.logprobs.size() - out.new_token_ids.size())
+                      : Json();
+  if (sub_.chat) {
+    Json delta = Json::object();
+    if (!sent_role_[choice]) {
+      delta["role"] = "assistant";
+      sent_role_[choice] = true;
+    }
+    if (!out.new_text.empty() || !out.finished) delta["content"] = out.new_text;
+    c["delta"] = delta;
+  } else {
+    c["text"] = out.new_text;
+  }
+  const Json chunk = {{"id", sub_.id},
+                      {"object", sub_.chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", sub_.created},
+                      {"model", ctx_.model_name},
+                      {"choices", Json::array({c})}};
+  return "data: " + chunk.dump() + "\n\n";
+}
+
+std::string EventStream::next_events(bool* finished) {
+  *finished = false;
+  if (finished_) {
+    *finished = true;
+    return "";
+  }
+  std::string events;
+  for (size_t i = 0; i < sub_.streams.size(); ++i) {
+    while (!done_[i]) {
+      auto out = sub_.streams[i]->next(0ms);
+      if (!out) break;
+      if (out->new_text.empty() && !out->finished && sub_.top_logprobs < 0) continue;
+      events += chunk_for(i, *out);
+      completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
+      if (out->finished) {
+        done_[i] = true;
+        ctx_.metrics.record_request(*out);
+      }
+    }
+  }
+  const bool all_done = std::all_of(done_.begin(), done_.end(), [](bool d) { return d; });
+  if (all_done) {
+    if (sub_.include_usage) {
+      int64_t prompt_tokens = 0;
+      for (int64_t t : sub_.prompt_tokens) prompt_tokens += t;
+      const Json usage = {{"id", sub_.id},
+                          {"object", sub_.chat ? "chat.completion.chunk" : "text_completion"},
+                          {"created", sub_.created},
+                          {"model", ctx_.model_name},
+                          {"choices", Json::array()},
+                          {"usage",
+                           {{"prompt_tokens", prompt_tokens},
+                            {"completion_tokens", completion_tokens_},
+                            {"total_tokens", prompt_tokens + completion_tokens_}}}};
+      events += "data: " + usage.dump() + "\n\n";
+    }
+    events += "data: [DONE]\n\n";
+    finished_ = true;
+    *finished = true;
+    return events;
+  }
+  if (events.empty()) {  // nothing ready: wait briefly on the first open choice
+    for (size_t i = 0; i < sub_.streams.size(); ++i) {
+      if (done_[i]) continue;
+      if (auto out = sub_.streams[i]->next(50ms)) {
+        if (!out->new_text.empty() || out->finished || sub_.top_logprobs >= 0) events += chunk_for(i, *out);
+        completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
+        if (out->finished) {
+          done_[i] = true;
+          ctx_.metrics.record_request(*out);
+        }
+      }
+      break;
+    }
+  }
+  return events;
+}
+
+}  // namespace pagoda::server

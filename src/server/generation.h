@@ -1,0 +1,67 @@
+// Runs one /v1/completions or /v1/chat/completions request on the engine:
+// prompt preparation (tokenizer, chat template), submission of every choice,
+// and the response, whole or as server-sent events.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/async_engine.h"
+#include "server/metrics.h"
+#include "server/protocol.h"
+
+namespace pagoda::server {
+
+struct GenerationContext {
+  AsyncEngine& engine;
+  Metrics& metrics;
+  std::string model_name;
+  std::string chat_template;  // "" when the model has none
+};
+
+// A submitted request: one stream per (prompt, choice).
+struct Submitted {
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  bool chat = false;
+  int top_logprobs = -1;
+  bool include_usage = false;
+  std::vector<std::shared_ptr<AsyncEngine::Stream>> streams;
+  std::vector<std::string> request_ids;
+  std::vector<int64_t> prompt_tokens;  // per prompt
+  int n = 1;
+};
+
+// Validates, prepares prompts and submits; throws ApiError.
+Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req, const std::string& id);
+
+// Waits for every choice and builds the JSON response.
+nlohmann::json collect_response(GenerationContext& ctx, Submitted& sub);
+
+// Server-sent events, pulled chunk by chunk. next_events() returns the text
+// to send now ("" when nothing is ready yet) and sets *finished after the
+// final "data: [DONE]".
+class EventStream {
+ public:
+  EventStream(GenerationContext& ctx, Submitted sub) : ctx_(ctx), sub_(std::move(sub)),
+      done_(sub_.streams.size(), false), sent_role_(sub_.streams.size(), false) {}
+  ~EventStream();
+  std::string next_events(bool* finished);
+  // The client went away: abort every unfinished choice.
+  void abort_all(const char* why);
+
+ private:
+  std::string chunk_for(size_t choice, const RequestOutput& out);
+  GenerationContext& ctx_;
+  Submitted sub_;
+  std::vector<bool> done_;
+  std::vector<bool> sent_role_;
+  int64_t completion_tokens_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace pagoda::server
