@@ -189,7 +189,7 @@ std::string EventStream::chunk_for(size_t choice, const RequestOutput& out) {
                       {"created", sub_.created},
                       {"model", ctx_.model_name},
                       {"choices", Json::array({c})}};
-  return "data: " + chunk.dump() + "\n\n";
+  return "data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
 }
 
 std::string EventStream::next_events(bool* finished) {

@@ -20,7 +20,8 @@ using Json = nlohmann::json;
 
 void send_json(httplib::Response& res, int status, const Json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  // Replace, never throw, should any invalid UTF-8 reach a response.
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "tokenizer/utf8.h"
 
 namespace pagoda::server {
 
@@ -122,6 +123,7 @@ void parse_common(const Json& j, GenerationRequest& r) {
 }  // namespace
 
 Json parse_json_object(const std::string& body) {
+  if (utf8::lossy(body) != body) throw bad_request("the body is not valid UTF-8");
   Json j;
   try {
     j = Json::parse(body);

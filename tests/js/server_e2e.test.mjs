@@ -1,0 +1,240 @@
+// End-to-end tests of `pagoda serve` with the official OpenAI client.
+// Usage: node --test server_e2e.test.mjs   (PAGODA_BINARY and PAGODA_MODEL in the environment)
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import OpenAI from "openai";
+
+const binary = process.env.PAGODA_BINARY;
+const model = process.env.PAGODA_MODEL;
+if (!binary || !model) throw new Error("set PAGODA_BINARY and PAGODA_MODEL");
+
+// Starts a server on a free port; resolves to {proc, url, stderr()}.
+function startServer(extraArgs = []) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "stories", "--port", "0", ...extraArgs]);
+    let err = "";
+    const timer = setTimeout(() => reject(new Error("server did not start: " + err)), 30000);
+    proc.stderr.on("data", (d) => {
+      err += d.toString();
+      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m && !proc.url) {
+        clearTimeout(timer);
+        proc.url = `http://127.0.0.1:${m[1]}`;
+        resolve({ proc, url: proc.url, stderr: () => err });
+      }
+    });
+    proc.on("exit", (code) => reject(new Error(`server exited ${code}: ${err}`)));
+  });
+}
+
+function stopServer(server) {
+  return new Promise((resolve) => {
+    server.proc.removeAllListeners("exit");
+    server.proc.on("exit", (code, signal) => resolve({ code, signal }));
+    server.proc.kill("SIGTERM");
+  });
+}
+
+// Offline greedy results from `pagoda generate`, the reference for the server.
+function offlineGreedy(prompts, maxTokens) {
+  const out = execFileSync(binary, ["generate", "--model", model, "--temperature", "0", "--max-tokens", String(maxTokens), "--json", "--quiet",
+    ...prompts.flatMap((p) => ["--prompt", p])], { encoding: "utf8" });
+  return out.trim().split("\n").map((l) => JSON.parse(l).text);
+}
+
+const prompts = ["Once upon a time", "The little dog", "Lily and Tom went to the park", "One day, a big bird",
+  "Sam had a red ball", "The sun was hot and", "There was a tiny mouse", "Mom said"];
+let server, client;
+
+before(async () => {
+  server = await startServer();
+  client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0 });
+});
+after(async () => {
+  const { code } = await stopServer(server);
+  assert.equal(code, 0, "SIGTERM must end the server with exit code 0");
+});
+
+test("models and health", async () => {
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ["stories"]);
+  const health = await fetch(server.url + "/health");
+  assert.equal(health.status, 200);
+});
+
+test("greedy completions equal offline generate", async () => {
+  const expected = offlineGreedy(prompts, 24);
+  for (let i = 0; i < prompts.length; i++) {
+    const r = await client.completions.create({ model: "stories", prompt: prompts[i], max_tokens: 24, temperature: 0 });
+    assert.equal(r.choices[0].text, expected[i], prompts[i]);
+    assert.equal(r.choices[0].finish_reason, "length");
+    assert.equal(r.usage.completion_tokens, 24);
+  }
+});
+
+test("streaming concatenates to the same text, with usage", async () => {
+  const [expected] = offlineGreedy([prompts[0]], 32);
+  const stream = await client.completions.create({ model: "stories", prompt: prompts[0], max_tokens: 32, temperature: 0,
+    stream: true, stream_options: { include_usage: true } });
+  let text = "", finish = null, usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(text, expected);
+  assert.equal(finish, "length");
+  assert.equal(usage.completion_tokens, 32);
+});
+
+test("n > 1, seeds, stop strings, logprobs, token-id prompts", async () => {
+  const a = await client.completions.create({ model: "stories", prompt: prompts[1], max_tokens: 20, temperature: 1.0, seed: 7, n: 3 });
+  const b = await client.completions.create({ model: "stories", prompt: prompts[1], max_tokens: 20, temperature: 1.0, seed: 7, n: 3 });
+  assert.equal(a.choices.length, 3);
+  assert.deepEqual(a.choices.map((c) => c.text), b.choices.map((c) => c.text));
+  assert.ok(new Set(a.choices.map((c) => c.text)).size > 1, "choices should differ");
+
+  const [full] = offlineGreedy([prompts[0]], 40);
+  const stop = await client.completions.create({ model: "stories", prompt: prompts[0], max_tokens: 40, temperature: 0, stop: ["park"] });
+  assert.equal(stop.choices[0].text, full.slice(0, full.indexOf("park")));
+  assert.equal(stop.choices[0].finish_reason, "stop");
+
+  const lp = await client.completions.create({ model: "stories", prompt: prompts[0], max_tokens: 5, temperature: 0, logprobs: 3 });
+  const l = lp.choices[0].logprobs;
+  assert.equal(l.tokens.length, 5);
+  assert.equal(l.token_logprobs.length, 5);
+  for (let i = 0; i < 5; i++) {
+    const top = Object.values(l.top_logprobs[i]);
+    assert.ok(top.length >= 1 && top.length <= 3);
+    assert.ok(l.token_logprobs[i] <= 0);
+    assert.ok(Math.abs(Math.max(...top) - l.token_logprobs[i]) < 1e-5, "greedy token is the top logprob");
+  }
+  const tok = await (await fetch(server.url + "/tokenize", { method: "POST", body: JSON.stringify({ prompt: prompts[0] }) })).json();
+  const byIds = await client.completions.create({ model: "stories", prompt: tok.tokens, max_tokens: 12, temperature: 0 });
+  assert.equal(byIds.choices[0].text, full.slice(0, byIds.choices[0].text.length));
+  const detok = await (await fetch(server.url + "/detokenize", { method: "POST", body: JSON.stringify({ tokens: tok.tokens }) })).json();
+  assert.equal(detok.prompt, "<s> " + prompts[0]);
+});
+
+test("chat without a chat template is a clear 400", async () => {
+  await assert.rejects(client.chat.completions.create({ model: "stories", messages: [{ role: "user", content: "hi" }] }),
+    (e) => e.status === 400 && /chat template/.test(e.message));
+});
+
+test("load: 64 requests, 16 at a time, mixed streaming", async () => {
+  const maxTokens = 24;
+  const expected = offlineGreedy(prompts, maxTokens);
+  let next = 0;
+  const results = [];
+  async function worker() {
+    while (next < 64) {
+      const i = next++;
+      const p = i % prompts.length;
+      let text = "";
+      if (i % 2) {
+        const s = await client.completions.create({ model: "stories", prompt: prompts[p], max_tokens: maxTokens, temperature: 0, stream: true });
+        for await (const c of s) text += c.choices.map((x) => x.text).join("");
+      } else {
+        text = (await client.completions.create({ model: "stories", prompt: prompts[p], max_tokens: maxTokens, temperature: 0 })).choices[0].text;
+      }
+      results.push([p, text]);
+    }
+  }
+  await Promise.all(Array.from({ length: 16 }, worker));
+  assert.equal(results.length, 64);
+  for (const [p, text] of results) assert.equal(text, expected[p], prompts[p]);
+  const metrics = await (await fetch(server.url + "/metrics")).text();
+  assert.match(metrics, /^pagoda_num_requests_running 0$/m);
+  const total = Number(metrics.match(/^pagoda_kv_cache_blocks_total (\d+)/m)[1]);
+  const free = Number(metrics.match(/^pagoda_kv_cache_blocks_free (\d+)/m)[1]);
+  assert.equal(free, total);
+});
+
+test("clients that disconnect mid-stream are aborted; others finish", async () => {
+  const before = await (await fetch(server.url + "/metrics")).text();
+  const abortedBefore = Number(before.match(/^pagoda_requests_aborted_total (\d+)/m)[1]);
+  const expected = offlineGreedy([prompts[2]], 30);
+  const drop = Array.from({ length: 8 }, async () => {
+    const controller = new AbortController();
+    const s = await client.completions.create({ model: "stories", prompt: prompts[0], max_tokens: 400, temperature: 0, ignore_eos: true, stream: true },
+      { signal: controller.signal });
+    let n = 0;
+    try {
+      for await (const _ of s) if (++n === 3) controller.abort();
+    } catch (e) {
+      assert.ok(e.name === "AbortError" || /abort/i.test(String(e)), String(e));
+    }
+  });
+  const keep = Array.from({ length: 4 }, async () =>
+    (await client.completions.create({ model: "stories", prompt: prompts[2], max_tokens: 30, temperature: 0 })).choices[0].text);
+  await Promise.all(drop);
+  for (const text of await Promise.all(keep)) assert.equal(text, expected[0]);
+  let metrics = "";
+  for (let i = 0; i < 100; i++) {  // aborts are noticed on the next write
+    metrics = await (await fetch(server.url + "/metrics")).text();
+    if (Number(metrics.match(/^pagoda_requests_aborted_total (\d+)/m)[1]) >= abortedBefore + 8 &&
+        /^pagoda_num_requests_running 0$/m.test(metrics)) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(Number(metrics.match(/^pagoda_requests_aborted_total (\d+)/m)[1]) >= abortedBefore + 8, metrics);
+  assert.match(metrics, /^pagoda_num_requests_running 0$/m);
+  const total = Number(metrics.match(/^pagoda_kv_cache_blocks_total (\d+)/m)[1]);
+  assert.equal(Number(metrics.match(/^pagoda_kv_cache_blocks_free (\d+)/m)[1]), total);
+  assert.match(server.stderr(), /aborted: client disconnected/);
+});
+
+test("bad input gets the right 4xx and a JSON error; the server still works", async () => {
+  const post = (path, body, headers = {}) => fetch(server.url + path, { method: "POST", body, headers: { "Content-Type": "application/json", ...headers } });
+  const cases = [
+    ["/v1/completions", "{not json", 400],
+    ["/v1/completions", "[1, 2]", 400],
+    ["/v1/completions", JSON.stringify({ prompt: 5 }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", max_tokens: "ten" }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", max_tokens: -3 }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", max_tokens: 100000 }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", temperature: -1 }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", top_p: 0 }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", n: 0 }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", model: "gpt-4" }), 404],
+    ["/v1/completions", JSON.stringify({ prompt: "once ".repeat(600) }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: [1, 2, 99999] }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: [] }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", stop: [""] }), 400],
+    ["/v1/completions", Buffer.from([0x7b, 0x22, 0x70, 0x72, 0x6f, 0x6d, 0x70, 0x74, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]), 400],
+    ["/v1/chat/completions", JSON.stringify({ messages: [] }), 400],
+    ["/v1/chat/completions", JSON.stringify({ messages: [{ content: "no role" }] }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "x".repeat(9 << 20) }), 413],
+    ["/tokenize", JSON.stringify({ prompt: 3 }), 400],
+    ["/detokenize", JSON.stringify({ tokens: [-1] }), 400],
+    ["/v1/nothing-here", "{}", 404],
+  ];
+  for (const [path, body, status] of cases) {
+    const r = await post(path, body);
+    assert.equal(r.status, status, `${path} ${String(body).slice(0, 60)}`);
+    const j = await r.json();
+    assert.ok(j.error && typeof j.error.message === "string" && j.error.type, JSON.stringify(j));
+  }
+  const ok = await client.completions.create({ model: "stories", prompt: "Once upon a time", max_tokens: 4, temperature: 0 });
+  assert.equal(ok.usage.completion_tokens, 4);
+});
+
+test("api key, queue limit", async () => {
+  const secured = await startServer(["--api-key", "sekret", "--max-pending-requests", "1"]);
+  try {
+    const noKey = await fetch(secured.url + "/v1/models");
+    assert.equal(noKey.status, 401);
+    assert.ok((await noKey.json()).error);
+    const c = new OpenAI({ baseURL: secured.url + "/v1", apiKey: "sekret", maxRetries: 0 });
+    assert.equal((await c.models.list()).data.length, 1);
+    // One long request fills the queue; the next is refused with 503.
+    const long = c.completions.create({ model: "stories", prompt: "Once", max_tokens: 500, temperature: 0, ignore_eos: true });
+    await new Promise((r) => setTimeout(r, 100));
+    await assert.rejects(c.completions.create({ model: "stories", prompt: "Once", max_tokens: 2 }), (e) => e.status === 503);
+    await long;
+  } finally {
+    assert.equal((await stopServer(secured)).code, 0);
+  }
+});
