@@ -2,12 +2,12 @@
 // file, or a plain set of shards) and indexes their tensors by name.
 #include "models/checkpoint.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
-#include <set>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "models/json_fields.h"
@@ -34,13 +34,14 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   std::map<std::string, std::string> out;
   for (const auto& [tensor, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) {
-      throw_input_error("{}: weight_map entry for tensor '{}' must be a file name, got {}", file, tensor,
-                        describe_json(shard));
+      throw_input_error("{}: weight_map entry for tensor '{}' must be a file name, got {}", file,
+                        tensor, describe_json(shard));
     }
     const std::string& name = shard.get_ref<const std::string&>();
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      throw_input_error("{}: weight_map entry for tensor '{}': shard '{}' must be a plain file name", file,
-                        tensor, name);
+      throw_input_error(
+          "{}: weight_map entry for tensor '{}': shard '{}' must be a plain file name", file,
+          tensor, name);
     }
     out.emplace(tensor, name);
   }
@@ -67,8 +68,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
     for (const auto& [name, info] : f.tensors()) {
       const auto [it, inserted] = owner.emplace(name, &info.file);
       if (!inserted) {
-        throw_input_error("checkpoint {}: tensor '{}' is stored in both {} and {}", dir, name, *it->second,
-                          info.file);
+        throw_input_error("checkpoint {}: tensor '{}' is stored in both {} and {}", dir, name,
+                          *it->second, info.file);
       }
     }
     return f;
@@ -81,16 +82,16 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
       if (it == shards.end()) {
         const fs::path p = fs::path(dir) / shard;
         if (!fs::exists(p, ec)) {
-          throw_input_error("{}: shard '{}' (holding tensor '{}') does not exist", index_path.string(), shard,
-                            tensor);
+          throw_input_error("{}: shard '{}' (holding tensor '{}') does not exist",
+                            index_path.string(), shard, tensor);
         }
         it = shards.emplace(shard, &add_file(p)).first;
       }
       const auto& tensors = it->second->tensors();
       const auto t = tensors.find(tensor);
       if (t == tensors.end()) {
-        throw_input_error("{}: tensor '{}' is listed in shard '{}' but not stored there", index_path.string(),
-                          tensor, shard);
+        throw_input_error("{}: tensor '{}' is listed in shard '{}' but not stored there",
+                          index_path.string(), tensor, shard);
       }
       c->index_[tensor] = &t->second;
     }
@@ -107,8 +108,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
     std::sort(paths.begin(), paths.end());  // a stable order for error messages
   }
   if (paths.empty()) {
-    throw_input_error("checkpoint {}: no model.safetensors.index.json, model.safetensors or *.safetensors",
-                      dir);
+    throw_input_error(
+        "checkpoint {}: no model.safetensors.index.json, model.safetensors or *.safetensors", dir);
   }
   for (const fs::path& p : paths) {
     for (const auto& [name, info] : add_file(p).tensors()) c->index_[name] = &info;
@@ -124,15 +125,16 @@ const TensorInfo& Checkpoint::get(const std::string& name) const {
   return *it->second;
 }
 
-const TensorInfo& Checkpoint::get(const std::string& name, const std::vector<int64_t>& shape) const {
+const TensorInfo& Checkpoint::get(const std::string& name,
+                                  const std::vector<int64_t>& shape) const {
   const TensorInfo& t = get(name);
   if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16) {
-    throw_input_error("checkpoint {}: tensor '{}' has dtype {}, expected F32, BF16 or F16", dir_, name,
-                      dtype_name(t.dtype));
+    throw_input_error("checkpoint {}: tensor '{}' has dtype {}, expected F32, BF16 or F16", dir_,
+                      name, dtype_name(t.dtype));
   }
   if (t.shape != shape) {
-    throw_input_error("checkpoint {}: tensor '{}' has shape {}, expected {}", dir_, name, shape_str(t.shape),
-                      shape_str(shape));
+    throw_input_error("checkpoint {}: tensor '{}' has shape {}, expected {}", dir_, name,
+                      shape_str(t.shape), shape_str(shape));
   }
   return t;
 }

@@ -18,8 +18,8 @@ nlohmann::json read_json_file(const std::string& file) {
     // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep the
     // "parse error at line L, column C: ..." part the user needs.
     std::string why = e.what();
-    if (const size_t tag_end = why.find("] "); why.rfind("[json.exception", 0) == 0 &&
-                                               tag_end != std::string::npos) {
+    if (const size_t tag_end = why.find("] ");
+        why.rfind("[json.exception", 0) == 0 && tag_end != std::string::npos) {
       why.erase(0, tag_end + 2);
     }
     throw_input_error("{}: invalid JSON: {}", file, why);

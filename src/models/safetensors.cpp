@@ -11,6 +11,7 @@
 // Readers must use memcpy-style access or check alignment (WeightStore
 // copies misaligned tensors once at load).
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,8 +19,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -41,11 +40,15 @@ struct Span {
   const std::string* name;
 };
 
-std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_str(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 TensorInfo parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e,
                        const uint8_t* data, uint64_t data_size) {
-  auto fail = [&](const std::string& why) { throw_input_error("{}: tensor '{}': {}", path, name, why); };
+  auto fail = [&](const std::string& why) {
+    throw_input_error("{}: tensor '{}': {}", path, name, why);
+  };
   if (!e.is_object()) fail("header entry is not a JSON object");
   TensorInfo t;
   t.name = name;
@@ -59,7 +62,8 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
   }
 
   const auto shape = e.find("shape");
-  if (shape == e.end() || !shape->is_array()) fail("missing shape (a list of non-negative integers)");
+  if (shape == e.end() || !shape->is_array())
+    fail("missing shape (a list of non-negative integers)");
   uint64_t numel = 1;
   for (const auto& d : *shape) {
     // Non-negative JSON integers are stored unsigned; anything else
@@ -81,8 +85,9 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
   const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
   if (begin > end) fail(fmt::format("data_offsets [{}, {}] have begin after end", begin, end));
   if (end > data_size) {
-    fail(fmt::format("data_offsets [{}, {}] lie outside the data section of {} bytes (truncated file?)",
-                     begin, end, data_size));
+    fail(fmt::format(
+        "data_offsets [{}, {}] lie outside the data section of {} bytes (truncated file?)", begin,
+        end, data_size));
   }
   const uint64_t need = numel * dtype_size(t.dtype);
   if (end - begin != need) {
@@ -97,11 +102,12 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
 // Two tensors sharing bytes would make one's writes (or conversions) the
 // other's data; the format never produces that, so it marks a forged file.
 void check_no_overlap(const std::string& path, std::vector<Span>& spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < spans.size(); ++i) {
     if (spans[i].begin < spans[i - 1].end) {
-      throw_input_error("{}: tensor '{}': data_offsets overlap those of tensor '{}'", path, *spans[i].name,
-                        *spans[i - 1].name);
+      throw_input_error("{}: tensor '{}': data_offsets overlap those of tensor '{}'", path,
+                        *spans[i].name, *spans[i - 1].name);
     }
   }
 }
@@ -140,8 +146,9 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   if (header_len > size - 8) {
-    throw_input_error("{}: header length {} exceeds the file size {} (truncated or not safetensors)", path,
-                      header_len, size);
+    throw_input_error(
+        "{}: header length {} exceeds the file size {} (truncated or not safetensors)", path,
+        header_len, size);
   }
   if (header_len > kMaxHeaderBytes) {
     throw_input_error("{}: header length {} is absurdly large (limit {})", path, header_len,
@@ -163,13 +170,15 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     if (name == "__metadata__") {
       if (!entry.is_object()) throw_input_error("{}: __metadata__ is not a JSON object", path);
       for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) throw_input_error("{}: __metadata__ value '{}' is not a string", path, k);
+        if (!v.is_string())
+          throw_input_error("{}: __metadata__ value '{}' is not a string", path, k);
         f->metadata_[k] = v.get<std::string>();
       }
       continue;
     }
     const TensorInfo& t =
-        f->tensors_.insert_or_assign(name, parse_entry(path, name, entry, data, data_size)).first->second;
+        f->tensors_.insert_or_assign(name, parse_entry(path, name, entry, data, data_size))
+            .first->second;
     const auto begin = static_cast<uint64_t>(static_cast<const uint8_t*>(t.data) - data);
     if (t.nbytes > 0) spans.push_back({begin, begin + t.nbytes, &t.name});
   }

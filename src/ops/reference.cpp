@@ -1,5 +1,6 @@
 #include "ops/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>

@@ -1,23 +1,53 @@
-// Declarations of the per-ISA kernel copies (see kernels_impl.h).
+// The per-ISA kernel tables behind ops/ops.h. The entry points (entry.cpp)
+// split work across threads and call the table of the selected ISA; each
+// table is the same generic code (kernels_impl.h) compiled for one ISA.
 #pragma once
 
 #include <cstdint>
 
 #include "ops/ops.h"
 
-#define PAGODA_DECLARE_KERNELS(ISA)                                                              \
-  namespace pagoda::ops::ISA {                                                                   \
-  void linear_columns(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,   \
-                      int64_t n0, int64_t n1);                                                   \
-  void rms_norm_rows(const float* x, const float* weight, int64_t n, float eps, float* y,        \
-                     int64_t r0, int64_t r1);                                                    \
-  void add_rows(float* residual, const float* x, int64_t n, int64_t r0, int64_t r1);             \
-  void silu_mul_rows(const float* gate_up, int64_t inter, float* out, int64_t r0, int64_t r1);   \
-  void attention_items(const float* q, const float* k_cache, const float* v_cache,               \
-                       const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,     \
-                       float scale, float* out, const int32_t* row_seq, int64_t w0, int64_t w1); \
-  }
+namespace pagoda::ops::cpu {
 
-PAGODA_DECLARE_KERNELS(scalar)
-PAGODA_DECLARE_KERNELS(avx2)
-PAGODA_DECLARE_KERNELS(avx512)
+// One (query row, q head) of paged attention, with everything resolved to
+// pointers: key t of this sequence lives at slot
+// block_table[t / block_size] * block_size + t % block_size, and its K row
+// at k_head + slot * slot_stride (k_head already points at the kv head).
+struct AttentionQuery {
+  const float* q = nullptr;  // [head_dim]
+  const float* k_head = nullptr;
+  const float* v_head = nullptr;
+  int64_t slot_stride = 0;  // num_kv_heads * head_dim
+  const int32_t* block_table = nullptr;
+  int block_size = 0;
+  int head_dim = 0;
+  int64_t first_key = 0, last_key = 0;  // inclusive range of visible keys
+  float scale = 1.0f;
+  float* out = nullptr;  // [head_dim]
+};
+
+struct KernelTable {
+  // y[:, n0:n1] = x[m, k] * w[n0:n1, k]^T (+ bias); y has row stride n.
+  // Each output element is computed by the same instruction sequence whatever
+  // m, n0, n1 are, so results do not depend on batch size or thread split.
+  void (*linear_f32)(const float* x, int64_t m, const float* w, int64_t k, int64_t n,
+                     const float* bias, float* y, int64_t n0, int64_t n1);
+  void (*linear_bf16)(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
+                      const float* bias, float* y, int64_t n0, int64_t n1);
+  // Rows [r0, r1) of rms_norm / add_rms_norm (rows of length n).
+  void (*rms_norm_rows)(const float* x, const float* weight, int64_t n, float eps, float* y,
+                        int64_t r0, int64_t r1);
+  void (*add_rms_norm_rows)(float* residual, const float* x, const float* weight, int64_t n,
+                            float eps, float* y, int64_t r0, int64_t r1);
+  // One attention query; acc is scratch of head_dim floats.
+  void (*attention)(const AttentionQuery& a, float* acc);
+};
+
+const KernelTable& scalar_kernels();
+const KernelTable& avx2_kernels();
+const KernelTable& avx512_kernels();
+
+// The table of the ISA chosen by set_isa (best_isa() by default).
+const KernelTable& active_kernels();
+
+}  // namespace pagoda::ops::cpu

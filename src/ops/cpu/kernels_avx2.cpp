@@ -1,16 +1,12 @@
-// The kernels compiled for one ISA; see kernels_impl.h.
+// The kernels of kernels_impl.h compiled for the avx2 target.
 #include <cstdint>
 
 #include "ops/cpu/kernels.h"
-#include "ops/ops.h"
+#include "ops/cpu/vec_avx2.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC target("avx2,fma")
-#endif
 #define PAGODA_ISA avx2
 #include "ops/cpu/kernels_impl.h"
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+
+namespace pagoda::ops::cpu {
+const KernelTable& avx2_kernels() { return avx2::kernel_table(); }
+}  // namespace pagoda::ops::cpu

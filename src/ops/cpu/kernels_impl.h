@@ -1,187 +1,224 @@
-// The kernel bodies, written once as plain loops and compiled three times
-// (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp) with different
-// target ISAs; each copy lives in namespace pagoda::ops::PAGODA_ISA.
+// The kernel bodies, written once against a small vector interface (Vec,
+// vload, vfma, vsum, ...) and compiled once per ISA: kernels_<isa>.cpp
+// includes its vec_<isa>.h, defines PAGODA_ISA and includes this file, so
+// every function below lands in namespace pagoda::ops::<isa> with that ISA's
+// target attribute (PAGODA_TARGET).
 //
-// Rules that keep the copies safe and exact:
-// * The including file pulls in every standard header BEFORE it switches the
-//   target ISA, and this file instantiates no standard templates, so no
-//   AVX-512 copy of a shared inline function can leak into other code.
-// * Every output element is computed by the same instruction sequence
-//   whatever the batch size or thread split (e.g. linear always runs its
-//   4-row tile, padding with a repeated row), so greedy outputs do not depend
-//   on batch composition.
-// * Reductions use `omp simd reduction`, which lets the compiler vectorize
-//   them with a fixed lane order.
+// Determinism: each linear output is one vector accumulator chain over k,
+// the same masked tail, then vsum and the bias, whichever tile computes it;
+// so outputs do not depend on batch size, row position or thread split.
 #ifndef PAGODA_ISA
 #error "define PAGODA_ISA before including kernels_impl.h"
 #endif
 
 namespace pagoda::ops::PAGODA_ISA {
-
 namespace {
 
-inline float load_bf16(const uint16_t* p, int64_t i) {
-  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-  float f;
-  __builtin_memcpy(&f, &bits, 4);
-  return f;
-}
+using cpu::AttentionQuery;
 
-inline float fmax2(float a, float b) { return a > b ? a : b; }
-
-// y[r, n0:n1] for the 4 rows xs[0..3] (some may repeat), f32 weights.
-void linear_tile_f32(const float* const xs[4], const float* w, int64_t k, int64_t n0, int64_t n1,
-                     const float* bias, float* const ys[4], int rows) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const float* wr = w + n * k;
-    const float *x0 = xs[0], *x1 = xs[1], *x2 = xs[2], *x3 = xs[3];
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-    for (int64_t i = 0; i < k; ++i) {
-      const float wv = wr[i];
-      s0 += x0[i] * wv;
-      s1 += x1[i] * wv;
-      s2 += x2[i] * wv;
-      s3 += x3[i] * wv;
+// y[r * ldy + c] for R rows of x (row stride k) and C weight rows starting
+// at w (row stride k): the register-blocked micro kernel of linear.
+template <int R, int C, typename W>
+PAGODA_TARGET inline void linear_tile(const float* x, const W* w, int64_t k, const float* bias,
+                                      float* y, int64_t ldy) {
+  Vec acc[R][C];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[r][c] = vzero();
+  }
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    Vec xv[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) xv[r] = vload(x + r * k + i);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const Vec wv = vload(w + c * k + i);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][c] = vfma(xv[r], wv, acc[r][c]);
     }
-    const float b = bias ? bias[n] : 0.0f;
-    const float s[4] = {s0, s1, s2, s3};
-    for (int r = 0; r < rows; ++r) ys[r][n] = s[r] + b;
+  }
+  if (i < k) {  // tail: zero-padded lanes add exact zeros
+    const int t = static_cast<int>(k - i);
+    Vec xv[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) xv[r] = vload_tail(x + r * k + i, t);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const Vec wv = vload_tail(w + c * k + i, t);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][c] = vfma(xv[r], wv, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      float s = vsum(acc[r][c]);
+      if (bias) s += bias[c];
+      y[r * ldy + c] = s;
+    }
   }
 }
 
-void linear_tile_bf16(const float* const xs[4], const uint16_t* w, int64_t k, int64_t n0,
-                      int64_t n1, const float* bias, float* const ys[4], int rows) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint16_t* wr = w + n * k;
-    const float *x0 = xs[0], *x1 = xs[1], *x2 = xs[2], *x3 = xs[3];
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-    for (int64_t i = 0; i < k; ++i) {
-      const float wv = load_bf16(wr, i);
-      s0 += x0[i] * wv;
-      s1 += x1[i] * wv;
-      s2 += x2[i] * wv;
-      s3 += x3[i] * wv;
-    }
-    const float b = bias ? bias[n] : 0.0f;
-    const float s[4] = {s0, s1, s2, s3};
-    for (int r = 0; r < rows; ++r) ys[r][n] = s[r] + b;
+// Columns [c0, c1) for R consecutive rows: C weight rows per tile, then one
+// at a time for the remainder.
+template <int R, int C, typename W>
+PAGODA_TARGET inline void linear_rows(const float* x, const W* w, int64_t k, int64_t n,
+                                      const float* bias, float* y, int64_t c0, int64_t c1) {
+  int64_t c = c0;
+  for (; c + C <= c1; c += C) {
+    linear_tile<R, C>(x, w + c * k, k, bias ? bias + c : nullptr, y + c, n);
   }
+  for (; c < c1; ++c) linear_tile<R, 1>(x, w + c * k, k, bias ? bias + c : nullptr, y + c, n);
+}
+
+template <typename W>
+PAGODA_TARGET void linear_columns(const float* x, int64_t m, const W* w, int64_t k, int64_t n,
+                                  const float* bias, float* y, int64_t n0, int64_t n1) {
+  // Column blocks of ~256 KiB of weights stay in L2 while every row tile
+  // passes over them, so weights come from memory once per call.
+  const int64_t row_bytes = k * static_cast<int64_t>(sizeof(W));
+  int64_t block = (int64_t{256} << 10) / (row_bytes > 0 ? row_bytes : 1);
+  block = block < 16 ? 16 : block - block % 16;
+  for (int64_t c0 = n0; c0 < n1; c0 += block) {
+    const int64_t c1 = c0 + block < n1 ? c0 + block : n1;
+    int64_t r = 0;
+    for (; r + kRowTile <= m; r += kRowTile) {
+      linear_rows<kRowTile, kColTile>(x + r * k, w, k, n, bias, y + r * n, c0, c1);
+    }
+    for (; r < m; ++r) linear_rows<1, kSingleRowCols>(x + r * k, w, k, n, bias, y + r * n, c0, c1);
+  }
+}
+
+PAGODA_TARGET void linear_f32(const float* x, int64_t m, const float* w, int64_t k, int64_t n,
+                              const float* bias, float* y, int64_t n0, int64_t n1) {
+  linear_columns(x, m, w, k, n, bias, y, n0, n1);
+}
+
+PAGODA_TARGET void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
+                               const float* bias, float* y, int64_t n0, int64_t n1) {
+  linear_columns(x, m, w, k, n, bias, y, n0, n1);
+}
+
+PAGODA_TARGET inline float dot(const float* a, const float* b, int64_t n) {
+  Vec s0 = vzero(), s1 = vzero();
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    s0 = vfma(vload(a + i), vload(b + i), s0);
+    s1 = vfma(vload(a + i + kLanes), vload(b + i + kLanes), s1);
+  }
+  for (; i + kLanes <= n; i += kLanes) s0 = vfma(vload(a + i), vload(b + i), s0);
+  if (i < n) {
+    const int t = static_cast<int>(n - i);
+    s1 = vfma(vload_tail(a + i, t), vload_tail(b + i, t), s1);
+  }
+  return vsum(vadd(s0, s1));
+}
+
+// y[i] = x[i] * s * w[i]
+PAGODA_TARGET inline void scale_mul(const float* x, float s, const float* w, float* y, int64_t n) {
+  const Vec sv = vset1(s);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) vstore(y + i, vmul(vmul(vload(x + i), sv), vload(w + i)));
+  if (i < n) {
+    const int t = static_cast<int>(n - i);
+    vstore_tail(y + i, vmul(vmul(vload_tail(x + i, t), sv), vload_tail(w + i, t)), t);
+  }
+}
+
+PAGODA_TARGET inline void rms_norm_row(const float* x, const float* weight, int64_t n, float eps,
+                                       float* y) {
+  const float mean_sq = dot(x, x, n) / static_cast<float>(n);
+  scale_mul(x, 1.0f / __builtin_sqrtf(mean_sq + eps), weight, y, n);
+}
+
+PAGODA_TARGET void rms_norm_rows(const float* x, const float* weight, int64_t n, float eps,
+                                 float* y, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) rms_norm_row(x + r * n, weight, n, eps, y + r * n);
+}
+
+PAGODA_TARGET void add_rms_norm_rows(float* residual, const float* x, const float* weight,
+                                     int64_t n, float eps, float* y, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* res = residual + r * n;
+    const float* xr = x + r * n;
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) vstore(res + i, vadd(vload(res + i), vload(xr + i)));
+    if (i < n) {
+      const int t = static_cast<int>(n - i);
+      vstore_tail(res + i, vadd(vload_tail(res + i, t), vload_tail(xr + i, t)), t);
+    }
+    rms_norm_row(res, weight, n, eps, y + r * n);  // the row is still in L1
+  }
+}
+
+// y[i] = x[i] * s (y may alias x)
+PAGODA_TARGET inline void scale(const float* x, float s, float* y, int64_t n) {
+  const Vec sv = vset1(s);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) vstore(y + i, vmul(vload(x + i), sv));
+  if (i < n) {
+    const int t = static_cast<int>(n - i);
+    vstore_tail(y + i, vmul(vload_tail(x + i, t), sv), t);
+  }
+}
+
+// acc[i] += p * v[i]
+PAGODA_TARGET inline void axpy(float* acc, float p, const float* v, int64_t n) {
+  const Vec pv = vset1(p);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) vstore(acc + i, vfma(pv, vload(v + i), vload(acc + i)));
+  if (i < n) {
+    const int t = static_cast<int>(n - i);
+    vstore_tail(acc + i, vfma(pv, vload_tail(v + i, t), vload_tail(acc + i, t)), t);
+  }
+}
+
+// Online softmax over the visible keys, read a chunk of a block at a time:
+// score the chunk, rescale the running sum once per chunk, then accumulate
+// the chunk's V rows.
+PAGODA_TARGET void attention(const AttentionQuery& a, float* acc) {
+  constexpr int kChunk = 32;
+  const int hd = a.head_dim, bs = a.block_size;
+  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
+  float running_max = -__builtin_inff(), denom = 0.0f;
+  float scores[kChunk];
+  for (int64_t t = a.first_key; t <= a.last_key;) {
+    const int64_t offset = t % bs;
+    int64_t count = bs - offset;
+    if (count > a.last_key - t + 1) count = a.last_key - t + 1;
+    if (count > kChunk) count = kChunk;
+    const int64_t slot0 = int64_t{a.block_table[t / bs]} * bs + offset;
+    float chunk_max = -__builtin_inff();
+    for (int64_t j = 0; j < count; ++j) {
+      scores[j] = dot(a.q, a.k_head + (slot0 + j) * a.slot_stride, hd) * a.scale;
+      chunk_max = scores[j] > chunk_max ? scores[j] : chunk_max;
+    }
+    if (chunk_max > running_max) {
+      // exp(-inf) = 0 on the first chunk, where acc and denom are still 0.
+      const float correction = __builtin_expf(running_max - chunk_max);
+      running_max = chunk_max;
+      denom *= correction;
+      scale(acc, correction, acc, hd);
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      const float p = __builtin_expf(scores[j] - running_max);
+      denom += p;
+      axpy(acc, p, a.v_head + (slot0 + j) * a.slot_stride, hd);
+    }
+    t += count;
+  }
+  scale(acc, 1.0f / denom, a.out, hd);
 }
 
 }  // namespace
 
-// Output columns [n0, n1) of y for all m rows.
-void linear_columns(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
-                    int64_t n0, int64_t n1) {
-  const int64_t k = w.cols, n = w.rows;
-  // Column blocks small enough that the 4 x rows and the block's weight rows
-  // stay in cache while all row tiles pass over them.
-  const int64_t block = 64;
-  for (int64_t c0 = n0; c0 < n1; c0 += block) {
-    const int64_t c1 = c0 + block < n1 ? c0 + block : n1;
-    for (int64_t r = 0; r < m; r += 4) {
-      const int rows = m - r < 4 ? static_cast<int>(m - r) : 4;
-      const float* xs[4];
-      float* ys[4];
-      for (int i = 0; i < 4; ++i) {
-        const int64_t row = r + (i < rows ? i : 0);  // pad with a repeated row
-        xs[i] = x + row * k;
-        ys[i] = y + row * n;
-      }
-      if (w.dtype == DType::BF16) {
-        linear_tile_bf16(xs, static_cast<const uint16_t*>(w.data), k, c0, c1, bias, ys, rows);
-      } else {
-        linear_tile_f32(xs, static_cast<const float*>(w.data), k, c0, c1, bias, ys, rows);
-      }
-    }
-  }
-}
-
-void rms_norm_rows(const float* x, const float* weight, int64_t n, float eps, float* y, int64_t r0,
-                   int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    float ss = 0;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t j = 0; j < n; ++j) ss += xr[j] * xr[j];
-    const float inv = 1.0f / __builtin_sqrtf(ss / static_cast<float>(n) + eps);
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * inv * weight[j];
-  }
-}
-
-void add_rows(float* residual, const float* x, int64_t n, int64_t r0, int64_t r1) {
-  float* a = residual + r0 * n;
-  const float* b = x + r0 * n;
-  const int64_t count = (r1 - r0) * n;
-#pragma omp simd
-  for (int64_t i = 0; i < count; ++i) a[i] += b[i];
-}
-
-void silu_mul_rows(const float* gate_up, int64_t inter, float* out, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* g = gate_up + r * 2 * inter;
-    const float* u = g + inter;
-    float* o = out + r * inter;
-    for (int64_t j = 0; j < inter; ++j) o[j] = g[j] / (1.0f + __builtin_expf(-g[j])) * u[j];
-  }
-}
-
-// Attention for work items [w0, w1), item = (query row, q head).
-void attention_items(const float* q, const float* k_cache, const float* v_cache,
-                     const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
-                     float scale, float* out, const int32_t* row_seq, int64_t w0, int64_t w1) {
-  const int hd = layout.head_dim, kvh = layout.num_kv_heads, bs = layout.block_size;
-  const int group = num_q_heads / kvh;
-  float acc[512];
-  for (int64_t item = w0; item < w1; ++item) {
-    const int64_t row = item / num_q_heads;
-    const int h = static_cast<int>(item % num_q_heads);
-    const int s = row_seq[row];
-    const int64_t num_new = batch.query_start_loc[s + 1] - batch.query_start_loc[s];
-    const int64_t last_key = batch.seq_lens[s] - num_new + (row - batch.query_start_loc[s]);
-    const int64_t first_key = batch.sliding_window > 0 && last_key - batch.sliding_window + 1 > 0
-                                  ? last_key - batch.sliding_window + 1
-                                  : 0;
-    const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
-    const float* qv = q + (row * num_q_heads + h) * hd;
-    const int kv_head = h / group;
-    for (int d = 0; d < hd; ++d) acc[d] = 0;
-    float running_max = -__builtin_inff(), denom = 0;
-    // Online softmax, block by block through the block table.
-    for (int64_t t = first_key; t <= last_key;) {
-      const int64_t block = t / bs;
-      const int64_t block_end = (block + 1) * bs - 1 < last_key ? (block + 1) * bs - 1 : last_key;
-      const int64_t base = int64_t{table[block]} * bs;
-      for (; t <= block_end; ++t) {
-        const int64_t slot = base + t % bs;
-        const float* kr = k_cache + (slot * kvh + kv_head) * hd;
-        const float* vr = v_cache + (slot * kvh + kv_head) * hd;
-        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int d = 0; d < hd; ++d) dot += qv[d] * kr[d];
-        const float score = dot * scale;
-        if (score > running_max) {
-          const float correction = __builtin_expf(running_max - score);
-          denom *= correction;
-#pragma omp simd
-          for (int d = 0; d < hd; ++d) acc[d] *= correction;
-          running_max = score;
-        }
-        const float p = __builtin_expf(score - running_max);
-        denom += p;
-#pragma omp simd
-        for (int d = 0; d < hd; ++d) acc[d] += p * vr[d];
-      }
-    }
-    float* o = out + (row * num_q_heads + h) * hd;
-    const float inv = 1.0f / denom;
-#pragma omp simd
-    for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv;
-  }
+const cpu::KernelTable& kernel_table() {
+  static const cpu::KernelTable table{linear_f32, linear_bf16, rms_norm_rows, add_rms_norm_rows,
+                                      attention};
+  return table;
 }
 
 }  // namespace pagoda::ops::PAGODA_ISA

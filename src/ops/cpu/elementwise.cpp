@@ -1,0 +1,104 @@
+// The light ops.h entry points (rope, silu_mul, softmax, embedding,
+// write_kv): memory-bound or dominated by libm calls, so one portable
+// version serves every ISA.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/ops.h"
+
+namespace pagoda::ops {
+
+void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
+          const float* inv_freq, int rot_dim) {
+  PAGODA_CHECK(rot_dim % 2 == 0 && rot_dim <= head_dim, "rope: rot_dim {} head_dim {}", rot_dim,
+               head_dim);
+  const int half = rot_dim / 2;
+  parallel_for(num_tokens, 4, [&](int64_t t0, int64_t t1) {
+    float stack_buf[2 * 256];
+    float* cos_sin = stack_buf;
+    if (half > 256) {  // grown once per thread
+      thread_local std::vector<float> big;
+      if (static_cast<int>(big.size()) < 2 * half) big.resize(2 * half);
+      cos_sin = big.data();
+    }
+    float* cos_v = cos_sin;
+    float* sin_v = cos_sin + half;
+    for (int64_t t = t0; t < t1; ++t) {
+      // Angles in f32 (position * inv_freq) as HF forms them; cos/sin once
+      // per token, shared by every head.
+      for (int i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+        cos_v[i] = std::cos(angle);
+        sin_v[i] = std::sin(angle);
+      }
+      for (int h = 0; h < num_heads; ++h) {
+        float* v = x + (t * num_heads + h) * head_dim;
+        float* lo = v;
+        float* hi = v + half;
+        for (int i = 0; i < half; ++i) {
+          const float a = lo[i], b = hi[i];
+          lo[i] = a * cos_v[i] - b * sin_v[i];
+          hi[i] = b * cos_v[i] + a * sin_v[i];
+        }
+      }
+    }
+  });
+}
+
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
+  parallel_for(m, std::max<int64_t>(1, 8192 / std::max<int64_t>(inter, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   const float* g = gate_up + r * 2 * inter;
+                   const float* u = g + inter;
+                   float* o = out + r * inter;
+                   for (int64_t j = 0; j < inter; ++j)
+                     o[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+                 }
+               });
+}
+
+void softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - mx));
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out) {
+  PAGODA_CHECK(table.dtype == DType::F32 || table.dtype == DType::BF16, "embedding: dtype {}",
+               dtype_name(table.dtype));
+  const int64_t d = table.cols;
+  for (int64_t i = 0; i < m; ++i) {
+    PAGODA_CHECK(ids[i] >= 0 && ids[i] < table.rows, "token id {} outside [0, {})", ids[i],
+                 table.rows);
+    float* o = out + i * d;
+    if (table.dtype == DType::BF16) {
+      const auto* row = static_cast<const uint16_t*>(table.data) + int64_t{ids[i]} * d;
+      for (int64_t j = 0; j < d; ++j) o[j] = bf16_to_f32(row[j]);
+    } else {
+      std::memcpy(o, static_cast<const float*>(table.data) + int64_t{ids[i]} * d,
+                  d * sizeof(float));
+    }
+  }
+}
+
+void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
+              const KVLayout& layout, float* k_cache, float* v_cache) {
+  const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;  // padding token
+    std::memcpy(k_cache + slot * row, k + t * row, row * sizeof(float));
+    std::memcpy(v_cache + slot * row, v + t * row, row * sizeof(float));
+  }
+}
+
+}  // namespace pagoda::ops

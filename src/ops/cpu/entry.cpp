@@ -1,0 +1,113 @@
+// The heavy ops.h entry points (linear, norms, paged attention): validate,
+// split the work across threads, and run the selected ISA's kernels.
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/kernels.h"
+#include "ops/ops.h"
+
+namespace pagoda::ops {
+
+namespace {
+
+// Output columns are handed to threads in units of this many, so thread
+// boundaries fall on whole register tiles (every kColTile divides it).
+constexpr int64_t kColumnUnit = 16;
+
+int64_t rows_per_thread(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
+
+}  // namespace
+
+void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y) {
+  if (m <= 0 || w.rows <= 0) return;
+  PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "linear: weight dtype {}",
+               dtype_name(w.dtype));
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  const int64_t n = w.rows, k = w.cols;
+  const int64_t units = (n + kColumnUnit - 1) / kColumnUnit;
+  // Split output columns: each thread streams its own slice of the weights
+  // once. A unit is worth a thread when it carries ~64K multiply-adds.
+  const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kColumnUnit * k * m));
+  parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
+    const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
+    if (w.dtype == DType::BF16) {
+      kt.linear_bf16(x, m, static_cast<const uint16_t*>(w.data), k, n, bias, y, n0, n1);
+    } else {
+      kt.linear_f32(x, m, static_cast<const float*>(w.data), k, n, bias, y, n0, n1);
+    }
+  });
+}
+
+void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) {
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  parallel_for(m, rows_per_thread(n),
+               [&](int64_t r0, int64_t r1) { kt.rms_norm_rows(x, weight, n, eps, y, r0, r1); });
+}
+
+void add_rms_norm(float* residual, const float* x, const float* weight, int64_t m, int64_t n,
+                  float eps, float* y) {
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  parallel_for(m, rows_per_thread(n), [&](int64_t r0, int64_t r1) {
+    kt.add_rms_norm_rows(residual, x, weight, n, eps, y, r0, r1);
+  });
+}
+
+void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+                     const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
+                     float scale, float* out) {
+  const int hd = layout.head_dim, kv_heads = layout.num_kv_heads, bs = layout.block_size;
+  PAGODA_CHECK(hd > 0 && kv_heads > 0 && bs > 0 && num_q_heads % kv_heads == 0,
+               "paged_attention: head_dim {} block_size {} q heads {} kv heads {}", hd, bs,
+               num_q_heads, kv_heads);
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    const int64_t num_new = batch.query_start_loc[s + 1] - batch.query_start_loc[s];
+    const int64_t len = batch.seq_lens[s];
+    PAGODA_CHECK(num_new >= 0 && len >= num_new && (len + bs - 1) / bs <= batch.max_blocks_per_seq,
+                 "paged_attention: sequence {} has {} new of {} keys, {} blocks max", s, num_new,
+                 len, batch.max_blocks_per_seq);
+  }
+  const int64_t items = int64_t{batch.query_start_loc[batch.num_seqs]} * num_q_heads;
+  const int group = num_q_heads / kv_heads;
+  const int64_t slot_stride = int64_t{kv_heads} * hd;
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  // Work item = (query row, q head); a thread's items are consecutive, so
+  // the owning sequence is found once and then advanced.
+  parallel_for(items, 2, [&](int64_t i0, int64_t i1) {
+    float stack_acc[512];
+    float* acc = stack_acc;
+    if (hd > 512) {  // grown once per thread, never in the steady state
+      thread_local std::vector<float> big;
+      if (static_cast<int64_t>(big.size()) < hd) big.resize(hd);
+      acc = big.data();
+    }
+    const int32_t* qsl = batch.query_start_loc;
+    int s =
+        static_cast<int>(std::upper_bound(qsl, qsl + batch.num_seqs + 1, i0 / num_q_heads) - qsl) -
+        1;
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t row = item / num_q_heads;
+      const int h = static_cast<int>(item % num_q_heads);
+      while (row >= qsl[s + 1]) ++s;  // skips sequences without new tokens
+      const int64_t num_new = qsl[s + 1] - qsl[s];
+      const int64_t last_key = batch.seq_lens[s] - num_new + (row - qsl[s]);
+      cpu::AttentionQuery a;
+      a.q = q + item * hd;
+      a.k_head = k_cache + int64_t{h / group} * hd;
+      a.v_head = v_cache + int64_t{h / group} * hd;
+      a.slot_stride = slot_stride;
+      a.block_table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+      a.block_size = bs;
+      a.head_dim = hd;
+      a.last_key = last_key;
+      a.first_key =
+          batch.sliding_window > 0 ? std::max<int64_t>(0, last_key - batch.sliding_window + 1) : 0;
+      a.scale = scale;
+      a.out = out + item * hd;
+      kt.attention(a, acc);
+    }
+  });
+}
+
+}  // namespace pagoda::ops

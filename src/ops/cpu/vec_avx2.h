@@ -1,0 +1,58 @@
+// 8 x f32 AVX2 vector helpers; every function carries the avx2,fma target so
+// the rest of the binary stays baseline x86-64.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#define PAGODA_TARGET __attribute__((target("avx2,fma")))
+
+namespace pagoda::ops::avx2 {
+
+constexpr int kLanes = 8;
+// 16 ymm registers: a 4 x 2 tile keeps 8 accumulators + 4 x rows + 1 weight
+// vector live; a lone row streams 8 weight rows (8 independent FMA chains).
+constexpr int kRowTile = 4, kColTile = 2, kSingleRowCols = 8;
+
+using Vec = __m256;
+
+PAGODA_TARGET inline Vec vzero() { return _mm256_setzero_ps(); }
+PAGODA_TARGET inline Vec vset1(float s) { return _mm256_set1_ps(s); }
+PAGODA_TARGET inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
+
+// bf16 -> f32 is exact: zero-extend to 32 bits and shift into the high half.
+PAGODA_TARGET inline Vec vload(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// The first n (< kLanes) elements, zeros after; copies so it never reads
+// past the end of the array.
+template <typename T>
+PAGODA_TARGET inline Vec vload_tail(const T* p, int n) {
+  alignas(32) T buf[kLanes] = {};
+  std::memcpy(buf, p, n * sizeof(T));
+  return vload(buf);
+}
+
+PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a); }
+PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
+  alignas(32) float buf[kLanes];
+  _mm256_store_ps(buf, a);
+  std::memcpy(p, buf, n * sizeof(float));
+}
+
+PAGODA_TARGET inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+PAGODA_TARGET inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+PAGODA_TARGET inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+
+PAGODA_TARGET inline float vsum(Vec a) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+}  // namespace pagoda::ops::avx2

@@ -1,0 +1,64 @@
+// 16 x f32 AVX-512 vector helpers (F, BW, VL, DQ); tails use masked loads
+// and stores, which never touch memory outside the mask.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#define PAGODA_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+
+namespace pagoda::ops::avx512 {
+
+constexpr int kLanes = 16;
+// 32 zmm registers: a 4 x 4 tile keeps 16 accumulators + 4 x rows + 1 weight
+// vector live; a lone row streams 8 weight rows.
+constexpr int kRowTile = 4, kColTile = 4, kSingleRowCols = 8;
+
+using Vec = __m512;
+
+PAGODA_TARGET inline __mmask16 tail_mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
+
+PAGODA_TARGET inline Vec vzero() { return _mm512_setzero_ps(); }
+PAGODA_TARGET inline Vec vset1(float s) { return _mm512_set1_ps(s); }
+PAGODA_TARGET inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
+
+// bf16 -> f32 is exact: zero-extend to 32 bits and shift into the high half.
+// (Full-mask maskz forms: see vsum.)
+PAGODA_TARGET inline Vec widen_bf16(__m256i h) {
+  constexpr __mmask16 kAll = 0xffff;
+  return _mm512_castsi512_ps(
+      _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16));
+}
+PAGODA_TARGET inline Vec vload(const uint16_t* p) {
+  return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+PAGODA_TARGET inline Vec vload_tail(const float* p, int n) {
+  return _mm512_maskz_loadu_ps(tail_mask(n), p);
+}
+PAGODA_TARGET inline Vec vload_tail(const uint16_t* p, int n) {
+  return widen_bf16(_mm256_maskz_loadu_epi16(tail_mask(n), p));
+}
+
+PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a); }
+PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
+  _mm512_mask_storeu_ps(p, tail_mask(n), a);
+}
+
+PAGODA_TARGET inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+PAGODA_TARGET inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+PAGODA_TARGET inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+
+// Zero-masked shuffles with a full mask: GCC 12's unmasked forms (and the
+// 512 -> 256 casts) pass _mm512_undefined_ps() and trip -Wuninitialized.
+PAGODA_TARGET inline float vsum(Vec a) {
+  constexpr __mmask16 kAll = 0xffff;
+  a = _mm512_add_ps(a, _mm512_maskz_shuffle_f32x4(kAll, a, a, _MM_SHUFFLE(1, 0, 3, 2)));
+  a = _mm512_add_ps(a, _mm512_maskz_shuffle_f32x4(kAll, a, a, _MM_SHUFFLE(2, 3, 0, 1)));
+  a = _mm512_add_ps(a, _mm512_maskz_permute_ps(kAll, a, _MM_SHUFFLE(1, 0, 3, 2)));
+  a = _mm512_add_ps(a, _mm512_maskz_permute_ps(kAll, a, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_cvtss_f32(a);
+}
+
+}  // namespace pagoda::ops::avx512

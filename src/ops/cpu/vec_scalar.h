@@ -1,0 +1,63 @@
+// Portable 4-lane vector for the Scalar kernels, for baseline x86-64 (or any
+// target): no intrinsics, no ISA assumptions. Lane order and the reduction
+// tree are fixed, so results are deterministic.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#define PAGODA_TARGET
+
+namespace pagoda::ops::scalar {
+
+// 4 lanes: one SSE2 register, so values pass natively (8 would change the
+// vector ABI and spill).
+constexpr int kLanes = 4;
+// linear tiles: kRowTile x rows by kColTile weight rows; lone rows use
+// kSingleRowCols weight rows at a time.
+constexpr int kRowTile = 4, kColTile = 2, kSingleRowCols = 8;
+
+// GCC/Clang generic vector: element-wise operators that the compiler lowers
+// to whatever the baseline target has (SSE2 here).
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Vec vzero() { return Vec{}; }
+inline Vec vset1(float s) { return Vec{} + s; }
+
+inline Vec vload(const float* p) {
+  Vec r;
+  std::memcpy(&r, p, sizeof(r));
+  return r;
+}
+
+// bf16 -> f32 is exact: the bf16 bits are the high half of the f32.
+inline Vec vload(const uint16_t* p) {
+  typedef uint16_t Half __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+  typedef uint32_t Bits __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+  Half h;
+  std::memcpy(&h, p, sizeof(h));
+  const Bits bits = __builtin_convertvector(h, Bits) << 16;
+  Vec r;
+  std::memcpy(&r, &bits, sizeof(r));
+  return r;
+}
+
+// The first n (< kLanes) elements, zeros after.
+template <typename T>
+inline Vec vload_tail(const T* p, int n) {
+  T buf[kLanes] = {};
+  std::memcpy(buf, p, n * sizeof(T));
+  return vload(buf);
+}
+
+inline void vstore(float* p, Vec a) { std::memcpy(p, &a, sizeof(a)); }
+inline void vstore_tail(float* p, Vec a, int n) { std::memcpy(p, &a, n * sizeof(float)); }
+
+// a * b + c; baseline x86-64 has no FMA instruction, so two roundings.
+inline Vec vfma(Vec a, Vec b, Vec c) { return a * b + c; }
+inline Vec vadd(Vec a, Vec b) { return a + b; }
+inline Vec vmul(Vec a, Vec b) { return a * b; }
+
+inline float vsum(Vec a) { return (a[0] + a[2]) + (a[1] + a[3]); }
+
+}  // namespace pagoda::ops::scalar

@@ -1,0 +1,82 @@
+// Shared helpers for the kernel tests: random data, bf16 packing, a
+// NaN-aware closeness check, and a fixture that runs a test once per ISA
+// this CPU supports.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/parallel.h"
+#include "ops/ops.h"
+
+namespace pagoda::ops::testing {
+
+inline std::vector<float> random_vec(size_t n, std::mt19937& rng, float stddev = 1.0f) {
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+
+// Every |a[i] - b[i]| <= tol * max(1, max |b|). NaN anywhere fails.
+inline void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol,
+                         const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  float scale = 1.0f;
+  for (float x : b) scale = std::max(scale, std::fabs(x));
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(std::fabs(a[i] - b[i]) <= tol * scale)) {
+      if (++bad <= 3) ADD_FAILURE() << what << ": [" << i << "] " << a[i] << " vs " << b[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+inline std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (isa_supported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) {
+  return isa_name(info.param);
+}
+
+// Selects the parameter's ISA for the test and restores the default after.
+class IsaTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override { set_isa(GetParam()); }
+  void TearDown() override { set_isa(best_isa()); }
+};
+
+// Runs a scope with a given kernel thread count, restoring the old one.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : old_(num_threads()) { set_num_threads(n); }
+  ~ScopedThreads() { set_num_threads(old_); }
+
+ private:
+  int old_;
+};
+
+}  // namespace pagoda::ops::testing
+
+namespace pagoda::ops {
+// Readable ISA names in gtest messages.
+inline void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+}  // namespace pagoda::ops

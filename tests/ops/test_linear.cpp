@@ -1,0 +1,138 @@
+// linear on every supported ISA against the scalar reference, plus the
+// properties the engine relies on: exact bf16 widening, and outputs that do
+// not depend on batch composition or thread count.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/ops.h"
+#include "ops/reference.h"
+#include "ops_test_util.h"
+
+namespace pagoda::ops::testing {
+namespace {
+
+class Linear : public IsaTest {};
+
+Matrix make_matrix(DType dt, const std::vector<float>& wf, const std::vector<uint16_t>& wb,
+                   int64_t n, int64_t k) {
+  return Matrix{dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), dt, n, k};
+}
+
+TEST_P(Linear, MatchesReference) {
+  std::mt19937 rng(1);
+  int checked = 0;
+  for (int64_t k : {1, 3, 17, 64, 257, 1000}) {
+    for (int64_t m : {1, 2, 5, 33}) {
+      for (int64_t n : {1, 7, 17, 130}) {
+        for (DType dt : {DType::F32, DType::BF16}) {
+          const auto x = random_vec(m * k, rng);
+          const auto wf = random_vec(n * k, rng);
+          const auto wb = to_bf16(wf);
+          const auto bias = random_vec(n, rng);
+          const Matrix w = make_matrix(dt, wf, wb, n, k);
+          for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+            std::vector<float> y(m * n, NAN), y_ref(m * n);
+            linear(x.data(), m, w, b, y.data());
+            ref::linear(x.data(), m, w, b, y_ref.data());
+            // f32 rounding error scales with sum |x * w|, not with |y|.
+            int bad = 0;
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                double mag = b ? std::fabs(b[j]) : 0.0;
+                for (int64_t t = 0; t < k; ++t) {
+                  mag += std::fabs(double{x[i * k + t]} * ref::matrix_at(w, j, t));
+                }
+                const double err = std::fabs(double{y[i * n + j]} - y_ref[i * n + j]);
+                if (!(err <= 1e-5 * mag + 1e-30)) ++bad;
+              }
+            }
+            EXPECT_EQ(bad, 0) << "k=" << k << " m=" << m << " n=" << n
+                              << " dtype=" << dtype_name(dt) << " bias=" << (b != nullptr);
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 6 * 4 * 4 * 2 * 2);
+}
+
+TEST_P(Linear, Bf16WeightsAreWidenedExactly) {
+  // bf16 weights must be widened to f32 exactly and multiplied in f32 (no
+  // rounding of activations): the result equals linear on the widened f32
+  // matrix bit for bit.
+  std::mt19937 rng(2);
+  const int64_t m = 6, k = 77, n = 21;
+  const auto x = random_vec(m * k, rng);
+  const auto wb = to_bf16(random_vec(n * k, rng));
+  std::vector<float> widened(wb.size());
+  for (size_t i = 0; i < wb.size(); ++i) widened[i] = bf16_to_f32(wb[i]);
+  std::vector<float> y_bf16(m * n), y_f32(m * n);
+  linear(x.data(), m, Matrix{wb.data(), DType::BF16, n, k}, nullptr, y_bf16.data());
+  linear(x.data(), m, Matrix{widened.data(), DType::F32, n, k}, nullptr, y_f32.data());
+  EXPECT_EQ(y_bf16, y_f32);
+}
+
+TEST_P(Linear, RowsDoNotDependOnBatch) {
+  // Greedy outputs must not depend on batch composition: row r of a batched
+  // linear equals the same row computed alone, bit for bit, for every batch
+  // size (row tiles and remainders) and column tail.
+  std::mt19937 rng(3);
+  const int64_t k = 300, n = 37;
+  const auto x = random_vec(9 * k, rng);
+  const auto wf = random_vec(n * k, rng);
+  const auto wb = to_bf16(wf);
+  const auto bias = random_vec(n, rng);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Matrix w = make_matrix(dt, wf, wb, n, k);
+    std::vector<float> alone(9 * n);
+    for (int64_t r = 0; r < 9; ++r) linear(x.data() + r * k, 1, w, bias.data(), &alone[r * n]);
+    for (int64_t m = 2; m <= 9; ++m) {
+      std::vector<float> batched(m * n);
+      linear(x.data(), m, w, bias.data(), batched.data());
+      EXPECT_TRUE(std::equal(batched.begin(), batched.end(), alone.begin()))
+          << "m=" << m << " dtype=" << dtype_name(dt);
+    }
+  }
+}
+
+TEST_P(Linear, TwoThreadsEqualOneBitForBit) {
+  std::mt19937 rng(4);
+  for (int64_t m : {1, 3, 8}) {
+    const int64_t k = 512, n = 389;
+    const auto x = random_vec(m * k, rng);
+    const auto wf = random_vec(n * k, rng);
+    const auto wb = to_bf16(wf);
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const Matrix w = make_matrix(dt, wf, wb, n, k);
+      std::vector<float> one(m * n), two(m * n);
+      {
+        ScopedThreads threads(1);
+        linear(x.data(), m, w, nullptr, one.data());
+      }
+      {
+        ScopedThreads threads(2);
+        linear(x.data(), m, w, nullptr, two.data());
+      }
+      EXPECT_EQ(one, two) << "m=" << m << " dtype=" << dtype_name(dt);
+    }
+  }
+}
+
+TEST_P(Linear, EmptyBatchWritesNothing) {
+  const std::vector<float> w(12, 1.0f);
+  std::vector<float> y(4, 7.0f);
+  linear(nullptr, 0, Matrix{w.data(), DType::F32, 4, 3}, nullptr, y.data());
+  EXPECT_EQ(y, std::vector<float>(4, 7.0f));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSupported, Linear, ::testing::ValuesIn(supported_isas()),
+                         isa_test_name);
+
+}  // namespace
+}  // namespace pagoda::ops::testing
