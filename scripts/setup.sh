@@ -10,7 +10,7 @@ want_tests=0
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev
           libfmt-dev libspdlog-dev libxxhash-dev libicu-dev libcpp-httplib-dev)
 if (( want_tests )); then
-  packages+=(libgtest-dev libgmock-dev python3-numpy clang libomp-dev)
+  packages+=(libgtest-dev libgmock-dev python3-numpy python3-jinja2 clang libomp-dev)
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 

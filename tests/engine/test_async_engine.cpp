@@ -7,20 +7,14 @@
 #include "core/error.h"
 #include "engine/async_engine.h"
 #include "engine/llm.h"
+#include "engine_test_util.h"
 
 namespace pagoda {
 namespace {
 
 using namespace std::chrono_literals;
-const std::string kModel = PAGODA_MODELS_DIR "/stories260k";
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+const std::string kModel = test::kDemoModel;
+using test::greedy;
 
 // Pulls a stream to its end; returns the final output and the concatenated deltas.
 std::pair<RequestOutput, std::string> collect(AsyncEngine::Stream& s) {
@@ -35,8 +29,9 @@ std::pair<RequestOutput, std::string> collect(AsyncEngine::Stream& s) {
 }
 
 TEST(AsyncEngine, ConcurrentClientsGetTheirOfflineResults) {
-  const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Lily and Tom",
-                                            "One day", "The sun", "A big red ball", "Sam", "Mom said"};
+  const std::vector<std::string> prompts = {
+      "Once upon a time", "The little dog", "Lily and Tom", "One day",
+      "The sun",          "A big red ball", "Sam",          "Mom said"};
   LLM offline(kModel);
   const auto expected = offline.generate(prompts, greedy(40));
 
@@ -46,7 +41,8 @@ TEST(AsyncEngine, ConcurrentClientsGetTheirOfflineResults) {
   std::vector<std::string> streamed(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     clients.emplace_back([&, i] {
-      auto stream = engine.submit("c" + std::to_string(i), engine.tokenizer().encode(prompts[i]), greedy(40));
+      auto stream =
+          engine.submit("c" + std::to_string(i), engine.tokenizer().encode(prompts[i]), greedy(40));
       std::tie(got[i], streamed[i]) = collect(*stream);
     });
   }

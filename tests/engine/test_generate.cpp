@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "engine/llm.h"
+#include "engine_test_util.h"
 
 namespace pagoda {
 namespace {
@@ -33,12 +34,7 @@ std::vector<Golden> load_goldens(const std::string& path) {
   return goldens;
 }
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  return p;
-}
+SamplingParams greedy(int max_tokens) { return test::greedy(max_tokens, /*ignore_eos=*/false); }
 
 void check_goldens(const std::string& model_dir, const EngineOptions& options) {
   const auto goldens = load_goldens(model_dir + "/golden.jsonl");

@@ -6,25 +6,18 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/llm_engine.h"
+#include "engine_test_util.h"
 
 namespace pagoda {
 namespace {
 
-const std::string kModel = PAGODA_MODELS_DIR "/stories260k";
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+const std::string kModel = test::kDemoModel;
+using test::greedy;
 
 // Runs the engine until every request finishes; returns id -> final output.
 std::map<std::string, RequestOutput> drain(LLMEngine& engine) {
@@ -120,7 +113,8 @@ TEST(Scheduler, ChunkedPrefillKeepsDecodesRunning) {
     EXPECT_EQ(b.query_start_loc[1] - b.query_start_loc[0], 1);  // the decode
     chunks += b.query_start_loc[2] - b.query_start_loc[1];
     bool short_progressed = false;
-    for (const auto& out : outs) short_progressed |= out.request_id == "short" && out.new_token_ids.size() == 1;
+    for (const auto& out : outs)
+      short_progressed |= out.request_id == "short" && out.new_token_ids.size() == 1;
     EXPECT_TRUE(short_progressed) << "decode stalled at step " << step;
     if (chunks >= 60) break;
   }
@@ -161,7 +155,8 @@ TEST(Scheduler, RandomizedStressWithPreemptionAndAborts) {
   auto it = specs.begin();
   int64_t preemptions = 0;
   for (int step = 0; it != specs.end() || engine.has_unfinished(); ++step) {
-    for (int k = 0; k < 3 && it != specs.end(); ++k, ++it) engine.add_request(it->first, it->second.prompt, greedy(it->second.max_tokens));
+    for (int k = 0; k < 3 && it != specs.end(); ++k, ++it)
+      engine.add_request(it->first, it->second.prompt, greedy(it->second.max_tokens));
     for (const auto& [id, s] : specs) {
       if (s.abort_at_step == step && engine.abort_request(id)) aborted.insert(id);
     }
@@ -187,7 +182,8 @@ TEST(Scheduler, RandomizedStressWithPreemptionAndAborts) {
     EXPECT_EQ(out.token_ids, solo(specs[id].prompt, specs[id].max_tokens)) << id;
   }
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
-  for (int32_t b = 0; b < engine.num_kv_blocks(); ++b) ASSERT_EQ(engine.kv_cache().pool().ref_count(b), 0);
+  for (int32_t b = 0; b < engine.num_kv_blocks(); ++b)
+    ASSERT_EQ(engine.kv_cache().pool().ref_count(b), 0);
 }
 
 TEST(Scheduler, BlockSizeOneAndJustEnoughPool) {
@@ -221,14 +217,15 @@ std::string sliding_window_copy(const std::string& name, int window, bool all_la
   const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   for (const auto& e : fs::directory_iterator(kModel)) {
-    if (e.is_regular_file()) fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
+    if (e.is_regular_file())
+      fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
   }
   std::ifstream in(dir / "config.json");
   auto cfg = nlohmann::json::parse(in);
   cfg["sliding_window"] = window;
   if (!all_layers) {
-    cfg["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention", "full_attention",
-                          "sliding_attention"};
+    cfg["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention",
+                          "full_attention", "sliding_attention"};
   }
   std::ofstream(dir / "config.json") << cfg.dump();
   return dir.string();

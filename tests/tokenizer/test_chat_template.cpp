@@ -1,0 +1,108 @@
+// The Jinja interpreter behind chat templates, against Python's jinja2 in
+// transformers' configuration (tools/chat_template_oracle.py writes the
+// expected renders of the real Qwen3/Llama-3 templates over generated
+// conversations and of feature templates), plus its error reporting.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/evaluator.h"
+
+namespace pagoda {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string render_raw(const std::string& source, const Json& context) {
+  std::map<std::string, jinja::Value> vars;
+  for (const auto& [k, v] : context.items()) vars[k] = jinja::Value(v);
+  return jinja::render(*jinja::parse(source), vars);
+}
+
+std::string render_case(const Json& c) {
+  const std::string source = c["template"].get<std::string>();
+  if (c["kind"] == "raw") return render_raw(source, c["context"]);
+  const Json& in = c["inputs"];
+  ChatTemplateInputs inputs;
+  inputs.messages = in["messages"];
+  inputs.tools = in.value("tools", Json());
+  inputs.add_generation_prompt = in["add_generation_prompt"].get<bool>();
+  inputs.bos_token = in["bos_token"].get<std::string>();
+  inputs.eos_token = in["eos_token"].get<std::string>();
+  inputs.extra_context = in.value("extra_context", Json::object());
+  return render_chat_template(source, inputs);
+}
+
+TEST(ChatTemplate, MatchesPythonJinja2) {
+  std::ifstream in(PAGODA_CHAT_TEMPLATE_ORACLE);
+  ASSERT_TRUE(in) << "missing oracle output " << PAGODA_CHAT_TEMPLATE_ORACLE
+                  << " (written by the chat_template_oracle_setup test)";
+  int cases = 0, chat_cases = 0, error_cases = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json c = Json::parse(line);
+    ++cases;
+    chat_cases += c["kind"] == "chat";
+    SCOPED_TRACE(c["name"].get<std::string>());
+    if (c.contains("error")) {
+      ++error_cases;
+      EXPECT_THROW(render_case(c), InputError) << "jinja2 raised " << c["error"];
+      continue;
+    }
+    try {
+      EXPECT_EQ(render_case(c), c["expected"].get<std::string>());
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "render failed: " << e.what();
+    }
+  }
+  EXPECT_GE(cases, 200);
+  EXPECT_GE(chat_cases, 150);
+  EXPECT_GE(error_cases, 1);
+}
+
+TEST(ChatTemplate, SyntaxErrorsNameTheLine) {
+  auto message = [](const std::string& source) {
+    try {
+      jinja::parse(source);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("a\n{{ x "), "line 2: unclosed tag");
+  EXPECT_NE(message("{% for x in y %}\n{{ x }}").find("missing {% endfor %}"), std::string::npos);
+  EXPECT_NE(
+      message("\n\n{% frobnicate %}").find("line 3: unknown or misplaced statement 'frobnicate'"),
+      std::string::npos);
+  EXPECT_NE(message("{{ (1 + }}").find("line 1:"), std::string::npos);
+  EXPECT_NE(message("{{ x $ y }}").find("unexpected character '$'"), std::string::npos);
+}
+
+TEST(ChatTemplate, RuntimeErrorsAreInputErrors) {
+  EXPECT_THROW(render_raw("{{ raise_exception('no system role') }}", Json::object()), InputError);
+  EXPECT_THROW(render_raw("{{ 'a' + 1 }}", Json::object()), InputError);
+  EXPECT_THROW(render_raw("{{ x|frobnicate }}", Json{{"x", 1}}), InputError);
+  EXPECT_THROW(render_raw("{{ x is frobnicated }}", Json{{"x", 1}}), InputError);
+  EXPECT_THROW(render_raw("{{ 1 // 0 }}", Json::object()), InputError);
+  EXPECT_THROW(render_raw("{{ range(10000000)|length }}", Json::object()), InputError);
+  // Unbounded recursion stops with an error instead of exhausting the stack.
+  EXPECT_THROW(render_raw("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", Json::object()),
+               InputError);
+}
+
+TEST(ChatTemplate, ToolsAreNoneAndKwargsAreVariables) {
+  ChatTemplateInputs in;
+  in.messages = Json::array({{{"role", "user"}, {"content", "hi"}}});
+  in.extra_context = {{"enable_thinking", false}, {"custom", "x"}};
+  const std::string t =
+      "{{ tools is defined }} {{ tools is none }} {{ enable_thinking }} {{ custom }} "
+      "{{ add_generation_prompt }} {{ messages[0].content }}";
+  EXPECT_EQ(render_chat_template(t, in), "True True False x True hi");
+}
+
+}  // namespace
+}  // namespace pagoda
