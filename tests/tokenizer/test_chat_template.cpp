@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 
 #include "core/error.h"
@@ -102,6 +103,51 @@ TEST(ChatTemplate, ToolsAreNoneAndKwargsAreVariables) {
       "{{ tools is defined }} {{ tools is none }} {{ enable_thinking }} {{ custom }} "
       "{{ add_generation_prompt }} {{ messages[0].content }}";
   EXPECT_EQ(render_chat_template(t, in), "True True False x True hi");
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// Broken templates (random byte edits of a real one) are refused with an
+// InputError or render; they never crash or trip the sanitizers.
+TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
+  std::ifstream in(PAGODA_TEST_DATA_DIR "/tokenizers/qwen3/tokenizer_config.json");
+  ASSERT_TRUE(in);
+  const std::string original = nlohmann::json::parse(in)["chat_template"].get<std::string>();
+  ChatTemplateInputs inputs;
+  inputs.messages = Json::array({{{"role", "system"}, {"content", "s"}},
+                                 {{"role", "user"}, {"content", "u"}},
+                                 {{"role", "assistant"}, {"content", "<think>r</think>a"}}});
+  std::mt19937 rng(7);
+  const std::string alphabet = "{}%#-+()[]|.,:'\"~ \nabcxyz0123456789=!<>*/";
+  int refused = 0, rendered = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string t = original;
+    for (int edits = 1 + static_cast<int>(rng() % 4); edits > 0; --edits) {
+      const size_t pos = rng() % t.size();
+      switch (rng() % 3) {
+        case 0:
+          t.erase(pos, 1 + rng() % 8);
+          break;
+        case 1:
+          t.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        default:
+          t[pos] = alphabet[rng() % alphabet.size()];
+      }
+    }
+    try {
+      render_chat_template(t, inputs);
+      ++rendered;
+    } catch (const InputError&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 50);
+  EXPECT_GT(rendered, 50);
 }
 
 }  // namespace
