@@ -42,10 +42,11 @@ class KVCacheManager {
   const BlockPool& pool() const { return pool_; }
   bool prefix_caching() const { return prefix_caching_; }
 
-  // For a request with nothing computed: takes the longest run of cached
-  // full blocks of its tokens (prompt, plus output when it is resumed after
-  // preemption), always leaving at least one token to compute, and returns
-  // how many tokens they cover.
+  // For a request with nothing computed: takes the longest prefix of full
+  // blocks of its tokens (prompt, plus output when it is resumed after
+  // preemption) whose K/V every group still caches (a sliding group only
+  // needs the blocks in its window at the end of that prefix), always
+  // leaving at least one token to compute; returns how many tokens it covers.
   int64_t take_cached_prefix(KVRequestState& state, const std::vector<int32_t>& tokens);
 
   // Makes every group hold blocks for positions [0, num_tokens); sliding
@@ -67,6 +68,9 @@ class KVCacheManager {
 
  private:
   int64_t first_needed_position(const KVCacheGroup& g, int64_t num_computed) const;
+  // The longest hit of at most max_blocks blocks that group g can serve,
+  // given which of the request's blocks it has cached.
+  int64_t longest_hit(size_t g, const std::vector<bool>& cached, int64_t max_blocks) const;
 
   std::vector<KVCacheGroup> groups_;
   int32_t block_size_;

@@ -31,10 +31,11 @@ std::map<std::string, RequestOutput> drain(LLMEngine& engine) {
   return done;
 }
 
-std::vector<int32_t> solo(const std::vector<int32_t>& prompt, int max_tokens) {
+std::vector<int32_t> solo(const std::vector<int32_t>& prompt, int max_tokens,
+                          const std::string& model_dir = kModel) {
   EngineOptions o;
   o.enable_prefix_caching = false;
-  LLMEngine engine(kModel, o);
+  LLMEngine engine(model_dir, o);
   engine.add_request("solo", prompt, greedy(max_tokens));
   return drain(engine).at("solo").token_ids;
 }
@@ -123,15 +124,19 @@ TEST(Scheduler, ChunkedPrefillKeepsDecodesRunning) {
   EXPECT_EQ(done.at("long").token_ids, solo(long_prompt, 5));
 }
 
-TEST(Scheduler, RandomizedStressWithPreemptionAndAborts) {
+// Requests arrive over time with shared and unshared prefixes, some are
+// aborted, and a pool of 48 blocks of 4 tokens (~3 long sequences) forces
+// preemption. `kv_slots` = layers per KV group slot of the model (the
+// demo model has 5 layers in one group).
+void randomized_stress(const std::string& model_dir, int kv_slots, int num_requests) {
   std::mt19937 rng(3);
   EngineOptions o;
   o.block_size = 4;
   o.max_num_batched_tokens = 64;
   o.max_num_seqs = 24;
   o.max_model_len = 128;
-  o.kv_cache_memory = 5 * 2 * 4 * 8 * 4 * 4 * 48;  // 48 blocks of 4 tokens: ~3 long sequences
-  LLMEngine engine(kModel, o);
+  o.kv_cache_memory = kv_slots * 2 * 4 * 8 * 4 * 4 * 48;
+  LLMEngine engine(model_dir, o);
   const auto system_prompt = random_tokens(rng, 20);
 
   struct Spec {
@@ -140,7 +145,7 @@ TEST(Scheduler, RandomizedStressWithPreemptionAndAborts) {
     int abort_at_step;  // -1: never
   };
   std::map<std::string, Spec> specs;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < num_requests; ++i) {
     Spec s;
     if (rng() % 2) s.prompt = system_prompt;  // shared prefix
     const auto tail = random_tokens(rng, 1 + static_cast<int>(rng() % 40));
@@ -170,8 +175,8 @@ TEST(Scheduler, RandomizedStressWithPreemptionAndAborts) {
     ASSERT_LT(step, 20000) << "engine stopped making progress";
   }
   EXPECT_EQ(finished.size(), specs.size());
-  EXPECT_GT(preemptions, 10);
-  EXPECT_GT(aborted.size(), 5u);
+  EXPECT_GT(preemptions, num_requests / 20);
+  EXPECT_GT(aborted.size(), static_cast<size_t>(num_requests / 40));
   EXPECT_GT(engine.stats().prefix_cache_hit_tokens, 0);
   for (const auto& [id, out] : finished) {
     if (aborted.count(id)) {
@@ -179,12 +184,15 @@ TEST(Scheduler, RandomizedStressWithPreemptionAndAborts) {
       continue;
     }
     EXPECT_EQ(out.finish_reason, FinishReason::Length) << id;
-    EXPECT_EQ(out.token_ids, solo(specs[id].prompt, specs[id].max_tokens)) << id;
+    EXPECT_EQ(out.token_ids, solo(specs[id].prompt, specs[id].max_tokens, model_dir)) << id;
   }
+  EXPECT_EQ(engine.num_kv_blocks(), 48);
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
   for (int32_t b = 0; b < engine.num_kv_blocks(); ++b)
     ASSERT_EQ(engine.kv_cache().pool().ref_count(b), 0);
 }
+
+TEST(Scheduler, RandomizedStressWithPreemptionAndAborts) { randomized_stress(kModel, 5, 200); }
 
 TEST(Scheduler, BlockSizeOneAndJustEnoughPool) {
   EngineOptions o;
@@ -254,7 +262,6 @@ TEST(SlidingWindow, MixedLayerGroupsShareOnePool) {
   o.block_size = 4;
   LLMEngine engine(dir, o);
   ASSERT_EQ(engine.kv_cache().groups().size(), 2u);
-  EXPECT_FALSE(engine.kv_cache().prefix_caching());  // hits are only defined for full attention
   std::mt19937 rng(5);
   const auto prompt = random_tokens(rng, 30);
   engine.add_request("a", prompt, greedy(100));
@@ -268,6 +275,51 @@ TEST(SlidingWindow, MixedLayerGroupsShareOnePool) {
   EXPECT_LE(max_used, 33 + 4);
   EXPECT_EQ(tokens.size(), 100u);
   std::filesystem::remove_all(dir);
+}
+
+TEST(SlidingWindow, RandomizedStressOnAMixedModel) {
+  // Full layers 0 and 3 and window-8 layers 1, 2, 4: 3 slots per block.
+  const std::string dir = sliding_window_copy("pagoda_swa_stress", 8, /*all_layers=*/false);
+  randomized_stress(dir, 3, 80);
+  std::filesystem::remove_all(dir);
+}
+
+// Greedy outputs of `prompts` run one after another on one engine (so later
+// ones can hit what earlier ones cached), with their cached-token counts.
+std::vector<RequestOutput> run_in_turn(const std::string& dir, bool prefix_caching,
+                                       const std::vector<std::vector<int32_t>>& prompts) {
+  EngineOptions o;
+  o.block_size = 4;
+  o.enable_prefix_caching = prefix_caching;
+  LLMEngine engine(dir, o);
+  std::vector<RequestOutput> outs;
+  for (const auto& prompt : prompts) {
+    engine.add_request("r", prompt, greedy(40));
+    outs.push_back(drain(engine).at("r"));
+  }
+  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
+  return outs;
+}
+
+TEST(SlidingWindow, PrefixCacheHitsGiveTheSameOutput) {
+  for (const bool all_layers : {false, true}) {
+    const std::string dir = sliding_window_copy("pagoda_swa_apc", 8, all_layers);
+    std::mt19937 rng(9);
+    const auto a = random_tokens(rng, 30);
+    auto b = std::vector<int32_t>(a.begin(), a.begin() + 26);  // 6 full blocks shared
+    b.insert(b.end(), {40, 41, 42, 43, 44});
+    const auto c = a;  // 7 full blocks before the last token
+    const auto cached = run_in_turn(dir, true, {a, b, c});
+    const auto plain = run_in_turn(dir, false, {a, b, c});
+    EXPECT_EQ(cached[0].metrics.num_cached_tokens, 0);
+    EXPECT_EQ(cached[1].metrics.num_cached_tokens, 24) << all_layers;
+    EXPECT_EQ(cached[2].metrics.num_cached_tokens, 28) << all_layers;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(plain[i].metrics.num_cached_tokens, 0);
+      EXPECT_EQ(cached[i].token_ids, plain[i].token_ids) << all_layers << " " << i;
+    }
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace
