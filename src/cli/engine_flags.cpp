@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <map>
 
 #include "cli/commands.h"
 #include "core/parallel.h"
@@ -25,6 +26,14 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
       ->capture_default_str();
   cmd.add_flag("--no-prefix-caching{false}", o.enable_prefix_caching,
                "Disable automatic prefix caching (on by default)");
+  cmd.add_option("--scheduling-policy", o.scheduling_policy,
+                 "fcfs: first come, first served; priority: requests with a lower \"priority\" "
+                 "value are admitted first and preempted last")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, SchedulingPolicy>{{"fcfs", SchedulingPolicy::Fcfs},
+                                                  {"priority", SchedulingPolicy::Priority}},
+          CLI::ignore_case))
+      ->default_str("fcfs");
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
@@ -40,8 +49,9 @@ void print_engine_summary(const LLMEngine& engine) {
                "pagoda: KV cache %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu layer "
                "group(s)), prefix caching %s, %d thread(s), %s kernels\n",
                blocks, block_size, static_cast<long long>(blocks) * block_size,
-               static_cast<double>(engine.kv_cache_bytes()) / (1 << 20), engine.kv_cache().groups().size(),
-               engine.kv_cache().prefix_caching() ? "on" : "off", num_threads(), ops::isa_name(ops::current_isa()));
+               static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
+               engine.kv_cache().groups().size(), engine.kv_cache().prefix_caching() ? "on" : "off",
+               num_threads(), ops::isa_name(ops::current_isa()));
 }
 
 }  // namespace pagoda::cli

@@ -79,7 +79,9 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
   kv_ = std::make_unique<KVCacheManager>(groups, static_cast<int32_t>(num_blocks),
                                          options.block_size, options.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size}, *kv_);
+      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size,
+                      options.scheduling_policy},
+      *kv_);
   runner_ = std::make_unique<ModelRunner>(*model_, groups, num_blocks, options.block_size);
 }
 
@@ -99,6 +101,12 @@ LLMEngine::~LLMEngine() = default;
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
                                  const SamplingParams& params) const {
   params.validate();
+  if (params.priority != 0 && options_.scheduling_policy != SchedulingPolicy::Priority) {
+    throw_input_error(
+        "priority {} given, but priority scheduling is off (start with "
+        "--scheduling-policy priority)",
+        params.priority);
+  }
   if (prompt_ids.empty()) throw_input_error("the prompt is empty");
   if (static_cast<int64_t>(prompt_ids.size()) >= max_model_len_) {
     throw_input_error("the prompt has {} tokens, but the model's context length is {}",

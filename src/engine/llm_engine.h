@@ -25,6 +25,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
   int num_threads = 0;        // 0 = all cores
   bool enable_prefix_caching = true;
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::Fcfs;
 };
 
 // Engine-wide counters (the server's /metrics reads these).

@@ -46,8 +46,8 @@ void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* samp
     gm.block_tables.clear();
     gm.max_blocks_per_seq = 0;
     for (const ScheduledRequest& s : out.scheduled) {
-      gm.max_blocks_per_seq = std::max(
-          gm.max_blocks_per_seq, static_cast<int32_t>(s.request->kv.block_tables[g].size()));
+      gm.max_blocks_per_seq = std::max(gm.max_blocks_per_seq,
+                                       static_cast<int32_t>(s.request->kv.block_tables[g].size()));
     }
   }
   for (size_t i = 0; i < out.scheduled.size(); ++i) {

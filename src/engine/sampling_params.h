@@ -24,6 +24,9 @@ struct SamplingParams {
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; N >= 0: logprob of the chosen token + top N
   bool skip_special_tokens = true;
+  // Scheduling priority, as in vLLM: lower values are admitted first and
+  // preempted last. Only with SchedulingPolicy::Priority; 0 otherwise.
+  int priority = 0;
 
   bool greedy() const { return temperature == 0.0f; }
   // Throws InputError naming the bad field and its allowed range.

@@ -6,9 +6,32 @@
 
 namespace pagoda {
 
-Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv) : config_(config), kv_(kv) {}
+Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv)
+    : config_(config), kv_(kv) {}
 
-void Scheduler::add(Request* request) { waiting_.push_back(request); }
+namespace {
+
+// True when a is scheduled before b under the priority policy.
+bool goes_before(const Request* a, const Request* b) {
+  if (a->params.priority != b->params.priority) return a->params.priority < b->params.priority;
+  return a->arrival_time < b->arrival_time;
+}
+
+}  // namespace
+
+void Scheduler::add(Request* request) {
+  if (config_.policy == SchedulingPolicy::Priority) {
+    insert_waiting_by_priority(request);
+  } else {
+    waiting_.push_back(request);
+  }
+}
+
+void Scheduler::insert_waiting_by_priority(Request* request) {
+  const auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                               [&](const Request* w) { return goes_before(request, w); });
+  waiting_.insert(it, request);
+}
 
 bool Scheduler::ensure_blocks(Request* request, int64_t num_tokens) {
   return kv_.allocate(request->kv, request->num_computed_tokens, num_tokens);
@@ -23,12 +46,22 @@ void Scheduler::preempt(Request* request) {
   request->num_computed_tokens = 0;  // recomputed from scratch when resumed
   request->status = RequestStatus::Waiting;
   request->num_preemptions++;
-  waiting_.push_front(request);
+  if (config_.policy == SchedulingPolicy::Priority) {
+    insert_waiting_by_priority(request);
+  } else {
+    waiting_.push_front(request);
+  }
 }
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
+  if (config_.policy == SchedulingPolicy::Priority) {
+    // Equal priorities keep admission order, so the back is the victim.
+    std::stable_sort(running_.begin(), running_.end(), [](const Request* a, const Request* b) {
+      return a->params.priority < b->params.priority;
+    });
+  }
 
   // Running requests, oldest first; the newest are preempted to make room.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
@@ -80,7 +113,8 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const ScheduledRequest& s : out.scheduled) {
     Request* r = s.request;
     r->num_computed_tokens += s.num_new_tokens;
-    if (kv_.prefix_caching() && r->num_computed_tokens / kv_.block_size() > r->kv.num_cached_blocks) {
+    if (kv_.prefix_caching() &&
+        r->num_computed_tokens / kv_.block_size() > r->kv.num_cached_blocks) {
       kv_.cache_full_blocks(r->kv, r->all_tokens(), r->num_computed_tokens);
     }
   }

@@ -3,7 +3,9 @@
 // chunks), then waiting ones, under a token budget and a sequence cap, so
 // decode tokens and chunks of long prompts share one batch. When the block
 // pool runs dry the most recently admitted request is preempted: its blocks
-// are freed and it is recomputed later.
+// are freed and it is recomputed later. Under the priority policy both
+// queues are kept in (priority, arrival) order, so "newest" means "lowest
+// priority, newest among equals".
 #pragma once
 
 #include <cstdint>
@@ -15,10 +17,15 @@
 
 namespace pagoda {
 
+// Fcfs: arrival order. Priority: by (priority, arrival); the running request
+// of the lowest priority (latest among equals) is preempted first.
+enum class SchedulingPolicy { Fcfs, Priority };
+
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   int32_t block_size = 16;
+  SchedulingPolicy policy = SchedulingPolicy::Fcfs;
 };
 
 struct ScheduledRequest {
@@ -36,7 +43,7 @@ class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, KVCacheManager& kv);
 
-  void add(Request* request);  // joins the waiting queue (FCFS)
+  void add(Request* request);  // joins the waiting queue in policy order
   SchedulerOutput schedule();
   // After the step ran: advances num_computed_tokens of the scheduled
   // requests and offers their newly full blocks to the prefix cache.
@@ -56,6 +63,8 @@ class Scheduler {
   // Tokens the request still has to compute, capped by the step budget.
   int64_t tokens_to_schedule(const Request* request, int64_t budget) const;
   void preempt(Request* request);
+  // Inserts into waiting_ after every request that goes before it.
+  void insert_waiting_by_priority(Request* request);
 
   SchedulerConfig config_;
   KVCacheManager& kv_;

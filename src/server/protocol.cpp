@@ -24,17 +24,21 @@ class Reader {
     if (!j_[key].is_number()) throw bad_request(std::string(key) + " must be a number", key);
     const double v = j_[key].get<double>();
     if (!(v >= lo && v <= hi)) {
-      throw bad_request(std::string(key) + " must be in [" + fmt(lo) + ", " + fmt(hi) + "], got " + j_[key].dump(), key);
+      throw bad_request(std::string(key) + " must be in [" + fmt(lo) + ", " + fmt(hi) + "], got " +
+                            j_[key].dump(),
+                        key);
     }
     out = static_cast<float>(v);
   }
   void integer(const char* key, int& out, int64_t lo, int64_t hi) const {
     if (!has(key)) return;
-    if (!j_[key].is_number_integer()) throw bad_request(std::string(key) + " must be an integer", key);
+    if (!j_[key].is_number_integer())
+      throw bad_request(std::string(key) + " must be an integer", key);
     const auto v = j_[key].get<int64_t>();
     if (v < lo || v > hi) {
-      throw bad_request(std::string(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                            "], got " + std::to_string(v), key);
+      throw bad_request(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got " + std::to_string(v),
+                        key);
     }
     out = static_cast<int>(v);
   }
@@ -61,9 +65,11 @@ class Reader {
 std::vector<int32_t> token_list(const Json& j, const char* field) {
   std::vector<int32_t> ids;
   for (const auto& v : j) {
-    if (!v.is_number_integer()) throw bad_request(std::string(field) + " must hold only integers", field);
+    if (!v.is_number_integer())
+      throw bad_request(std::string(field) + " must hold only integers", field);
     const auto id = v.get<int64_t>();
-    if (id < 0 || id > INT32_MAX) throw bad_request("token id " + std::to_string(id) + " is out of range", field);
+    if (id < 0 || id > INT32_MAX)
+      throw bad_request("token id " + std::to_string(id) + " is out of range", field);
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
@@ -76,7 +82,8 @@ void parse_common(const Json& j, GenerationRequest& r) {
   f.string("model", r.model);
   if (f.has("max_tokens") || f.has("max_completion_tokens")) {
     int v = 0;
-    f.integer(f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", v, 1, INT32_MAX);
+    f.integer(f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", v, 1,
+              INT32_MAX);
     r.max_tokens = v;
   }
   f.number("temperature", s.temperature, 0, 100);
@@ -89,6 +96,7 @@ void parse_common(const Json& j, GenerationRequest& r) {
   f.integer("n", r.n, 1, 16);
   f.integer("min_tokens", s.min_tokens, 0, INT32_MAX);
   f.boolean("ignore_eos", s.ignore_eos);
+  f.integer("priority", s.priority, INT32_MIN, INT32_MAX);
   f.boolean("skip_special_tokens", s.skip_special_tokens);
   f.boolean("stream", r.stream);
   if (f.has("seed")) {
@@ -101,16 +109,19 @@ void parse_common(const Json& j, GenerationRequest& r) {
       s.stop = {stop.get<std::string>()};
     } else if (stop.is_array() && stop.size() <= 16) {
       for (const auto& v : stop) {
-        if (!v.is_string() || v.get<std::string>().empty()) throw bad_request("stop must hold non-empty strings", "stop");
+        if (!v.is_string() || v.get<std::string>().empty())
+          throw bad_request("stop must hold non-empty strings", "stop");
         s.stop.push_back(v.get<std::string>());
       }
     } else {
       throw bad_request("stop must be a string or a list of at most 16 strings", "stop");
     }
-    if (stop.is_string() && stop.get<std::string>().empty()) throw bad_request("stop must not be empty", "stop");
+    if (stop.is_string() && stop.get<std::string>().empty())
+      throw bad_request("stop must not be empty", "stop");
   }
   if (f.has("stop_token_ids")) {
-    if (!j["stop_token_ids"].is_array()) throw bad_request("stop_token_ids must be a list of integers", "stop_token_ids");
+    if (!j["stop_token_ids"].is_array())
+      throw bad_request("stop_token_ids must be a list of integers", "stop_token_ids");
     s.stop_token_ids = token_list(j["stop_token_ids"], "stop_token_ids");
   }
   if (f.has("stream_options")) {
@@ -151,13 +162,16 @@ GenerationRequest parse_completion_request(const std::string& body) {
     r.id_prompts.push_back(token_list(p, "prompt"));
   } else if (p.is_array() && !p.empty() && p[0].is_array()) {
     for (const auto& v : p) {
-      if (!v.is_array() || v.empty()) throw bad_request("prompt must be a list of token-id lists", "prompt");
+      if (!v.is_array() || v.empty())
+        throw bad_request("prompt must be a list of token-id lists", "prompt");
       r.id_prompts.push_back(token_list(v, "prompt"));
     }
   } else {
-    throw bad_request("prompt must be a string, a list of strings or token ids, and not empty", "prompt");
+    throw bad_request("prompt must be a string, a list of strings or token ids, and not empty",
+                      "prompt");
   }
-  if (r.text_prompts.size() + r.id_prompts.size() > 64) throw bad_request("at most 64 prompts per request", "prompt");
+  if (r.text_prompts.size() + r.id_prompts.size() > 64)
+    throw bad_request("at most 64 prompts per request", "prompt");
   const Reader f(j);
   f.boolean("echo", r.echo);
   if (f.has("logprobs")) {
@@ -182,7 +196,8 @@ GenerationRequest parse_chat_request(const std::string& body) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
       throw bad_request("every message needs a string role", "messages");
     }
-    if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() && !m["content"].is_array()) {
+    if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
+        !m["content"].is_array()) {
       throw bad_request("message content must be a string or a list of parts", "messages");
     }
   }
@@ -192,7 +207,8 @@ GenerationRequest parse_chat_request(const std::string& body) {
     if (m.contains("content") && m["content"].is_array()) {
       std::string text;
       for (const auto& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
           throw bad_request("only text content parts are supported", "messages");
         }
         text += part["text"].get<std::string>();

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "core/error.h"
 #include "engine/llm_engine.h"
 #include "engine_test_util.h"
 
@@ -211,6 +212,69 @@ TEST(Scheduler, BlockSizeOneAndJustEnoughPool) {
     EXPECT_EQ(done.at("q" + std::to_string(i)).token_ids, solo(prompts[i], 30)) << i;
   }
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
+}
+
+SamplingParams with_priority(SamplingParams p, int priority) {
+  p.priority = priority;
+  return p;
+}
+
+TEST(Priority, LowerValuesAreAdmittedFirst) {
+  EngineOptions o;
+  o.max_num_seqs = 1;  // one request at a time: the finish order is the admission order
+  o.scheduling_policy = SchedulingPolicy::Priority;
+  LLMEngine engine(kModel, o);
+  std::mt19937 rng(5);
+  const auto prompt = random_tokens(rng, 6);
+  engine.add_request("first-low", prompt, with_priority(greedy(3), 5));
+  engine.add_request("urgent", prompt, with_priority(greedy(3), -2));
+  engine.add_request("normal-a", prompt, with_priority(greedy(3), 0));
+  engine.add_request("normal-b", prompt, with_priority(greedy(3), 0));
+  std::vector<std::string> order;
+  while (engine.has_unfinished()) {
+    for (const RequestOutput& out : engine.step())
+      if (out.finished) order.push_back(out.request_id);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"urgent", "normal-a", "normal-b", "first-low"}));
+}
+
+// Two requests that cannot both fit the pool: the victim of preemption is the
+// newest under FCFS, the lowest priority (here the older one) under priority.
+std::map<std::string, RequestOutput> run_two_that_do_not_fit(SchedulingPolicy policy) {
+  EngineOptions o;
+  o.block_size = 4;
+  o.max_model_len = 40;
+  o.kv_cache_memory = 5 * 2 * 4 * 8 * 4 * 4 * 10;  // 10 blocks; each request needs 8
+  o.scheduling_policy = policy;
+  LLMEngine engine(kModel, o);
+  std::mt19937 rng(6);
+  const bool by_priority = policy == SchedulingPolicy::Priority;
+  engine.add_request("bulk", random_tokens(rng, 8),
+                     with_priority(greedy(24), by_priority ? 10 : 0));
+  engine.step();
+  engine.add_request("vip", random_tokens(rng, 8), greedy(24));
+  return drain(engine);
+}
+
+TEST(Priority, PreemptsTheLowestPriorityNotTheNewest) {
+  const auto fcfs = run_two_that_do_not_fit(SchedulingPolicy::Fcfs);
+  EXPECT_EQ(fcfs.at("bulk").metrics.num_preemptions, 0);
+  EXPECT_GT(fcfs.at("vip").metrics.num_preemptions, 0);
+
+  const auto prio = run_two_that_do_not_fit(SchedulingPolicy::Priority);
+  EXPECT_GT(prio.at("bulk").metrics.num_preemptions, 0);
+  EXPECT_EQ(prio.at("vip").metrics.num_preemptions, 0);
+  // Preemption and recompute leave greedy outputs unchanged.
+  for (const char* id : {"bulk", "vip"}) {
+    EXPECT_EQ(prio.at(id).token_ids, fcfs.at(id).token_ids) << id;
+    EXPECT_EQ(prio.at(id).finish_reason, FinishReason::Length) << id;
+  }
+}
+
+TEST(Priority, RefusedUnderFcfs) {
+  LLMEngine engine(kModel, EngineOptions{});
+  EXPECT_THROW(engine.add_request("p", {5, 6, 7}, with_priority(greedy(2), 1)), InputError);
+  EXPECT_FALSE(engine.has_unfinished());
 }
 
 }  // namespace

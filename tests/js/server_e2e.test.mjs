@@ -198,6 +198,8 @@ test("bad input gets the right 4xx and a JSON error; the server still works", as
     ["/v1/completions", JSON.stringify({ prompt: "hi", temperature: -1 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", top_p: 0 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", n: 0 }), 400],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", priority: 3 }), 400],  // fcfs server
+    ["/v1/completions", JSON.stringify({ prompt: "hi", priority: 1.5 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", model: "gpt-4" }), 404],
     ["/v1/completions", JSON.stringify({ prompt: "once ".repeat(600) }), 400],
     ["/v1/completions", JSON.stringify({ prompt: [1, 2, 99999] }), 400],
@@ -229,12 +231,32 @@ test("api key, queue limit", async () => {
     assert.ok((await noKey.json()).error);
     const c = new OpenAI({ baseURL: secured.url + "/v1", apiKey: "sekret", maxRetries: 0 });
     assert.equal((await c.models.list()).data.length, 1);
-    // One long request fills the queue; the next is refused with 503.
-    const long = c.completions.create({ model: "stories", prompt: "Once", max_tokens: 500, temperature: 0, ignore_eos: true });
-    await new Promise((r) => setTimeout(r, 100));
-    await assert.rejects(c.completions.create({ model: "stories", prompt: "Once", max_tokens: 2 }), (e) => e.status === 503);
-    await long;
+    // Requests sent together: the first fills the queue (a 500-token request
+    // takes ~0.1 s here), the ones arriving meanwhile are refused with 503.
+    const results = await Promise.allSettled(Array.from({ length: 6 }, () =>
+      c.completions.create({ model: "stories", prompt: "Once", max_tokens: 500, temperature: 0, ignore_eos: true })));
+    const served = results.filter((r) => r.status === "fulfilled");
+    const refused = results.filter((r) => r.status === "rejected");
+    assert.ok(served.length >= 1 && refused.length >= 1, `${served.length} served, ${refused.length} refused`);
+    for (const r of refused) assert.equal(r.reason.status, 503, String(r.reason));
+    for (const r of served) assert.equal(r.value.usage.completion_tokens, 500);
   } finally {
     assert.equal((await stopServer(secured)).code, 0);
+  }
+});
+
+test("priority scheduling: the priority field is accepted and leaves greedy output unchanged", async () => {
+  const prio = await startServer(["--scheduling-policy", "priority", "--max-num-seqs", "1"]);
+  try {
+    const c = new OpenAI({ baseURL: prio.url + "/v1", apiKey: "none", maxRetries: 0 });
+    const req = (priority) => c.completions.create({ model: "stories", prompt: "Once upon a time", max_tokens: 12, temperature: 0, priority });
+    const [low, high] = await Promise.all([req(7), req(-7)]);
+    const plain = await client.completions.create({ model: "stories", prompt: "Once upon a time", max_tokens: 12, temperature: 0 });
+    assert.equal(low.choices[0].text, plain.choices[0].text);
+    assert.equal(high.choices[0].text, plain.choices[0].text);
+    const bad = await fetch(prio.url + "/v1/completions", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ prompt: "hi", priority: "high" }) });
+    assert.equal(bad.status, 400);
+  } finally {
+    assert.equal((await stopServer(prio)).code, 0);
   }
 });
