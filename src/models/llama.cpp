@@ -74,6 +74,17 @@ class LlamaModel final : public CausalLM {
 
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
 
+  int64_t weight_bytes_per_step() const override {
+    auto bytes = [](const ops::Matrix& m) {
+      return m.rows * m.cols * static_cast<int64_t>(dtype_size(m.dtype));
+    };
+    int64_t total = bytes(lm_head_);
+    for (const LayerWeights& w : layers_) {
+      total += bytes(w.q) + bytes(w.k) + bytes(w.v) + bytes(w.o) + bytes(w.gate_up) + bytes(w.down);
+    }
+    return total;
+  }
+
  private:
   void load(const LlamaVariant& variant);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
