@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -17,9 +18,29 @@ namespace pagoda {
 
 namespace {
 
-// Spin iterations (pause instructions) a worker waits for the next job
-// before it sleeps: ~50-100 us, longer than the gap between two ops.
-constexpr int kSpinIterations = 1 << 15;
+// How long a worker spins for the next job before it sleeps: longer than
+// the gap between two ops of a forward pass. Measured in time, not pause
+// instructions (a pause costs ~5 to ~140 cycles depending on the CPU: 32K of
+// them can last milliseconds, a core taken from the caller when the cores
+// are shared).
+constexpr auto kWorkerSpin = std::chrono::microseconds(50);
+// How long the caller spins for chunks other threads hold before it yields
+// its core between checks (their thread may be waiting for a core).
+constexpr auto kCallerSpin = std::chrono::microseconds(20);
+
+// Spins on `ready` with pause, checking the clock every 64 rounds; after
+// `budget` returns whether it holds (the caller then sleeps or yields).
+template <typename Ready>
+bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      _mm_pause();
+    }
+    if (std::chrono::steady_clock::now() > deadline) return ready();
+  }
+}
 
 // Job protocol. `gen_` is odd while a job is open, even when closed. A
 // worker announces itself in `active_` and re-checks the generation before
@@ -60,7 +81,10 @@ class Pool {
     gen_.store(open);  // seq_cst: publishes the job
     wake_all();
     if (claim_and_run() < chunks) {
-      while (done_.load(std::memory_order_acquire) < chunks) _mm_pause();
+      auto all_done = [&] { return done_.load(std::memory_order_acquire) >= chunks; };
+      if (!spin_until(all_done, kCallerSpin)) {
+        while (!all_done()) std::this_thread::yield();
+      }
     }
     gen_.store(open + 1);  // closed
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -96,11 +120,8 @@ class Pool {
     uint64_t seen = 0;  // see the class comment
     for (;;) {
       if (stop_.load()) return;
-      uint64_t g = gen_.load(std::memory_order_acquire);
-      for (int i = 0; g == seen && i < kSpinIterations; ++i) {
-        _mm_pause();
-        g = gen_.load(std::memory_order_acquire);
-      }
+      uint64_t g = seen;
+      spin_until([&] { return (g = gen_.load(std::memory_order_acquire)) != seen; }, kWorkerSpin);
       if (g == seen) {
         std::unique_lock lock(sleep_mutex_);
         wake_.wait(lock, [&] { return gen_.load() != seen || stop_.load(); });
