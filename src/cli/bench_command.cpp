@@ -1,116 +1,25 @@
-// `pagoda bench throughput`: offline serving throughput of the engine on
-// synthetic prompts (random, or a shared system prompt + distinct
-// questions), with prefix caching on or off.
-#include <chrono>
-#include <cstdio>
-#include <random>
+// `pagoda bench`: the subcommands of bench_*.cpp under one command.
+#include <utility>
+#include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "cli/commands.h"
-#include "core/error.h"
-#include "engine/llm_engine.h"
+#include "cli/bench.h"
 
 namespace pagoda::cli {
 
-namespace {
-
-struct ThroughputArgs {
-  std::string model;
-  int num_prompts = 64;
-  int input_len = 128;
-  int output_len = 64;
-  int shared_prefix_len = 0;
-  uint64_t seed = 0;
-  bool json = false;
-  EngineOptions engine;
-};
-
-int run_throughput(ThroughputArgs& a) {
-  if (a.shared_prefix_len >= a.input_len) {
-    throw_input_error("--shared-prefix-len ({}) must be smaller than --input-len ({})",
-                      a.shared_prefix_len, a.input_len);
-  }
-  LLMEngine engine(a.model, a.engine);
-  print_engine_summary(engine);
-  const int64_t vocab = engine.model_config().vocab_size;
-  std::mt19937_64 rng(a.seed);
-  // Ids from the middle of the vocabulary: ordinary tokens, not specials.
-  auto token = [&] { return static_cast<int32_t>(3 + rng() % (vocab - 3)); };
-  std::vector<int32_t> prefix(a.shared_prefix_len);
-  for (int32_t& t : prefix) t = token();
-
-  SamplingParams params;
-  params.temperature = 0;
-  params.max_tokens = a.output_len;
-  params.ignore_eos = true;
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.num_prompts; ++i) {
-    std::vector<int32_t> prompt = prefix;
-    while (static_cast<int>(prompt.size()) < a.input_len) prompt.push_back(token());
-    engine.add_request("bench-" + std::to_string(i), std::move(prompt), params);
-  }
-  int64_t output_tokens = 0, cached_tokens = 0, steps = 0;
-  int32_t peak_blocks = 0;
-  while (engine.has_unfinished()) {
-    for (const RequestOutput& out : engine.step()) {
-      output_tokens += static_cast<int64_t>(out.new_token_ids.size());
-      if (out.finished) cached_tokens += out.metrics.num_cached_tokens;
-    }
-    peak_blocks = std::max(peak_blocks, engine.num_kv_blocks() - engine.num_free_kv_blocks());
-    ++steps;
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int64_t prompt_tokens = int64_t{a.num_prompts} * a.input_len;
-  const nlohmann::json result = {
-      {"num_prompts", a.num_prompts},
-      {"input_len", a.input_len},
-      {"output_len", a.output_len},
-      {"shared_prefix_len", a.shared_prefix_len},
-      {"prefix_caching", a.engine.enable_prefix_caching},
-      {"seconds", seconds},
-      {"steps", steps},
-      {"requests_per_s", a.num_prompts / seconds},
-      {"output_tokens_per_s", static_cast<double>(output_tokens) / seconds},
-      {"total_tokens_per_s", static_cast<double>(prompt_tokens + output_tokens) / seconds},
-      {"prompt_tokens", prompt_tokens},
-      {"cached_prompt_tokens", cached_tokens},
-      {"kv_blocks_total", engine.num_kv_blocks()},
-      {"kv_blocks_peak_used", peak_blocks},
-      {"kv_peak_usage", static_cast<double>(peak_blocks) / engine.num_kv_blocks()}};
-  if (a.json) {
-    std::printf("%s\n", result.dump().c_str());
-    return 0;
-  }
-  std::printf("requests: %d x (%d in, %d out), shared prefix %d, prefix caching %s\n", a.num_prompts,
-              a.input_len, a.output_len, a.shared_prefix_len, a.engine.enable_prefix_caching ? "on" : "off");
-  std::printf("time: %.3f s in %lld steps\n", seconds, static_cast<long long>(steps));
-  std::printf("throughput: %.2f requests/s, %.1f output tokens/s, %.1f total tokens/s\n",
-              a.num_prompts / seconds, output_tokens / seconds, (prompt_tokens + output_tokens) / seconds);
-  std::printf("prefix cache: %lld of %lld prompt tokens served from cache\n",
-              static_cast<long long>(cached_tokens), static_cast<long long>(prompt_tokens));
-  std::printf("KV cache: peak %d of %d blocks (%.1f%%)\n", peak_blocks, engine.num_kv_blocks(),
-              100.0 * peak_blocks / engine.num_kv_blocks());
-  return 0;
-}
-
-}  // namespace
-
 Runner add_bench_command(CLI::App& app) {
-  auto args = std::make_shared<ThroughputArgs>();
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
-  CLI::App* cmd = bench->add_subcommand("throughput", "Offline serving throughput on synthetic prompts");
-  cmd->add_option("--model,-m", args->model, "Model directory")->required()->check(CLI::ExistingDirectory);
-  cmd->add_option("--num-prompts", args->num_prompts, "Number of requests")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--input-len", args->input_len, "Prompt tokens per request")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--output-len", args->output_len, "Generated tokens per request")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--shared-prefix-len", args->shared_prefix_len,
-                  "Tokens of a system prompt shared by every request")->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the synthetic prompts")->capture_default_str();
-  cmd->add_flag("--json", args->json, "Print one JSON object");
-  add_engine_flags(*cmd, args->engine);
-  return [args] { return run_throughput(*args); };
+  std::vector<std::pair<CLI::App*, Runner>> runners;
+  for (auto add : {add_bench_throughput, add_bench_roofline, add_bench_latency}) {
+    Runner run = add(*bench);
+    runners.emplace_back(bench->get_subcommands({}).back(), std::move(run));
+  }
+  return [runners] {
+    for (const auto& [cmd, run] : runners) {
+      if (cmd->parsed()) return run();
+    }
+    return 2;
+  };
 }
 
 }  // namespace pagoda::cli

@@ -1,21 +1,187 @@
 #include "core/parallel.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace pagoda {
 
 namespace {
-int g_num_threads = std::max(1u, std::thread::hardware_concurrency());
+
+// How long a worker spins for the next job before it sleeps: longer than
+// the gap between two ops of a forward pass. Measured in time, not pause
+// instructions (a pause costs ~5 to ~140 cycles depending on the CPU: 32K of
+// them can last milliseconds, a core taken from the caller when the cores
+// are shared).
+constexpr auto kWorkerSpin = std::chrono::microseconds(50);
+// How long the caller spins for chunks other threads hold before it yields
+// its core between checks (their thread may be waiting for a core).
+constexpr auto kCallerSpin = std::chrono::microseconds(20);
+
+// Spins on `ready` with pause, checking the clock every 64 rounds; after
+// `budget` returns whether it holds (the caller then sleeps or yields).
+template <typename Ready>
+bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      _mm_pause();
+    }
+    if (std::chrono::steady_clock::now() > deadline) return ready();
+  }
 }
 
+// Job protocol. `gen_` is odd while a job is open, even when closed. A
+// worker announces itself in `active_` and re-checks the generation before
+// reading the job (the caller closes the job, then waits for active_ == 0
+// before writing the next one), so a late worker never reads a half-written
+// job. Chunks are claimed with fetch_add on `next_`; the caller returns when
+// `done_` reaches the chunk count.
+//
+// Workers start from generation 0, not from the value when their thread
+// first runs: a thread the OS starts late (after a whole job, or after the
+// destructor's bump) would otherwise wait for a change that already
+// happened, and join() would hang. Sleeping uses a mutex and condition
+// variable: the caller takes the mutex after changing `gen_` and before
+// notifying, and a worker re-checks `gen_` under it, so no wake-up is lost.
+class Pool {
+ public:
+  explicit Pool(int threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+
+  ~Pool() {
+    wait_inactive();
+    stop_.store(true);
+    gen_.fetch_add(1);
+    wake_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  void run(int64_t n, int64_t chunks, detail::ChunkFn fn, void* ctx) {
+    wait_inactive();
+    n_ = n;
+    chunks_ = chunks;
+    fn_ = fn;
+    ctx_ = ctx;
+    next_.store(0, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t open = gen_.load(std::memory_order_relaxed) + 1;
+    gen_.store(open);  // seq_cst: publishes the job
+    wake_all();
+    if (claim_and_run() < chunks) {
+      auto all_done = [&] { return done_.load(std::memory_order_acquire) >= chunks; };
+      if (!spin_until(all_done, kCallerSpin)) {
+        while (!all_done()) std::this_thread::yield();
+      }
+    }
+    gen_.store(open + 1);  // closed
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  // Runs chunks until none are left; returns the number done in total once
+  // this thread found none left (a lower bound).
+  int64_t claim_and_run() {
+    int64_t c;
+    while ((c = next_.fetch_add(1, std::memory_order_relaxed)) < chunks_) {
+      try {
+        fn_(ctx_, n_ * c / chunks_, n_ * (c + 1) / chunks_);
+      } catch (...) {  // the caller rethrows the first one once every chunk is done
+        std::lock_guard lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      done_.fetch_add(1, std::memory_order_release);
+    }
+    return done_.load(std::memory_order_acquire);
+  }
+
+  void wake_all() {
+    { std::lock_guard lock(sleep_mutex_); }
+    wake_.notify_all();
+  }
+
+  void wait_inactive() {
+    while (active_.load() != 0) _mm_pause();
+  }
+
+  void work() {
+    uint64_t seen = 0;  // see the class comment
+    for (;;) {
+      if (stop_.load()) return;
+      uint64_t g = seen;
+      spin_until([&] { return (g = gen_.load(std::memory_order_acquire)) != seen; }, kWorkerSpin);
+      if (g == seen) {
+        std::unique_lock lock(sleep_mutex_);
+        wake_.wait(lock, [&] { return gen_.load() != seen || stop_.load(); });
+        continue;
+      }
+      seen = g;
+      if (g % 2 == 0) continue;  // closed before we looked
+      active_.fetch_add(1);      // seq_cst, then re-check: see the class comment
+      if (gen_.load() == g) claim_and_run();
+      active_.fetch_sub(1);
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<int> active_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> next_{0}, done_{0};
+  int64_t n_ = 0, chunks_ = 0;
+  detail::ChunkFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  std::mutex sleep_mutex_;
+  std::condition_variable wake_;
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+int g_num_threads = std::max(1u, std::thread::hardware_concurrency());
+std::mutex g_pool_mutex;  // one job at a time; held while a job runs
+std::unique_ptr<Pool> g_pool;
+thread_local bool t_in_job = false;
+
+}  // namespace
+
 void set_num_threads(int n) {
-  g_num_threads = std::max(1, n);
+  std::lock_guard lock(g_pool_mutex);
+  n = std::max(1, n);
+  if (n != g_num_threads) g_pool.reset();
+  g_num_threads = n;
   omp_set_num_threads(g_num_threads);
 }
 
 int num_threads() { return g_num_threads; }
+
+namespace detail {
+
+void run_parallel(int64_t n, int64_t chunks, ChunkFn fn, void* ctx) {
+  std::unique_lock lock(g_pool_mutex, std::try_to_lock);
+  if (!lock.owns_lock() || t_in_job) {  // nested or concurrent: run here
+    fn(ctx, 0, n);
+    return;
+  }
+  if (!g_pool) g_pool = std::make_unique<Pool>(g_num_threads);
+  struct InJob {
+    InJob() { t_in_job = true; }
+    ~InJob() { t_in_job = false; }
+  } in_job;
+  g_pool->run(n, chunks, fn, ctx);
+}
+
+}  // namespace detail
 
 }  // namespace pagoda

@@ -1,31 +1,47 @@
-// The one kernel thread pool: OpenMP's (also used by oneDNN later), so ops
-// never oversubscribe the cores. Ops split work with parallel_for.
+// The one kernel thread pool: every op splits its work with parallel_for,
+// so ops never oversubscribe the cores. Workers spin briefly between jobs
+// (ops come back to back in a forward pass) and then sleep; chunks are
+// handed out dynamically, so a worker the OS delays does not hold the
+// others up (the calling thread takes its chunks instead).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace pagoda {
 
-// Number of threads kernels use; set once at start (--threads).
+// Number of threads kernels use (the calling thread included); set once at
+// start (--threads). Changing it restarts the pool's workers.
 void set_num_threads(int n);
 int num_threads();
 
+namespace detail {
+using ChunkFn = void (*)(void* ctx, int64_t begin, int64_t end);
+// Runs fn on `chunks` disjoint chunks covering [0, n) on the pool's threads.
+void run_parallel(int64_t n, int64_t chunks, ChunkFn fn, void* ctx);
+}  // namespace detail
+
 // Calls fn(begin, end) on disjoint chunks covering [0, n), in parallel
-// when n is large enough to be worth it (n >= min_per_thread * 2).
+// when n is large enough to be worth it (n >= min_per_thread * 2). Chunks
+// are at least min_per_thread long (except that the last may be shorter
+// when n is not a multiple), and which thread runs which chunk is not
+// fixed: results must not depend on it. Nested or concurrent calls run
+// serially on the calling thread.
 template <typename Fn>
 void parallel_for(int64_t n, int64_t min_per_thread, Fn&& fn) {
   const int64_t threads = num_threads();
+  if (min_per_thread < 1) min_per_thread = 1;
   if (threads <= 1 || n < 2 * min_per_thread) {
     if (n > 0) fn(int64_t{0}, n);
     return;
   }
+  // A few chunks per thread balance the load when a thread is late.
   int64_t chunks = n / min_per_thread;
-  if (chunks > threads) chunks = threads;
-#pragma omp parallel for num_threads(chunks) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
-    fn(begin, end);
-  }
+  if (chunks > 4 * threads) chunks = 4 * threads;
+  using F = std::remove_reference_t<Fn>;
+  detail::run_parallel(
+      n, chunks, [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
 }
 
 }  // namespace pagoda

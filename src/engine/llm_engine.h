@@ -74,6 +74,7 @@ class LLMEngine {
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& model_config() const { return model_->config(); }
+  const CausalLM& model() const { return *model_; }
   int64_t max_model_len() const { return max_model_len_; }
   int32_t num_kv_blocks() const { return kv_->pool().num_blocks(); }
   int32_t num_free_kv_blocks() const { return kv_->pool().num_free(); }

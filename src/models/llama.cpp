@@ -22,7 +22,8 @@ struct LayerWeights {
   const float* q_norm = nullptr;  // qk_norm variant only
   const float* k_norm = nullptr;
   const float* post_attention_norm = nullptr;
-  ops::Matrix gate_up;  // gate_proj rows then up_proj rows
+  // Read in place; their outputs fill the two halves of one buffer.
+  ops::Matrix gate, up;
   ops::Matrix down;
   int64_t sliding_window = 0;
 };
@@ -74,6 +75,18 @@ class LlamaModel final : public CausalLM {
 
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
 
+  int64_t weight_bytes_per_step() const override {
+    auto bytes = [](const ops::Matrix& m) {
+      return m.rows * m.cols * static_cast<int64_t>(dtype_size(m.dtype));
+    };
+    int64_t total = bytes(lm_head_);
+    for (const LayerWeights& w : layers_) {
+      total += bytes(w.q) + bytes(w.k) + bytes(w.v) + bytes(w.o) + bytes(w.gate) + bytes(w.up) +
+               bytes(w.down);
+    }
+    return total;
+  }
+
  private:
   void load(const LlamaVariant& variant);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
@@ -119,8 +132,8 @@ void LlamaModel::load(const LlamaVariant& variant) {
       w.k_norm = weights_.vector(p + "self_attn.k_norm.weight", hd);
     }
     w.post_attention_norm = weights_.vector(p + "post_attention_layernorm.weight", h);
-    w.gate_up =
-        weights_.stacked({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {inter, inter}, h);
+    w.gate = weights_.matrix(p + "mlp.gate_proj.weight", inter, h);
+    w.up = weights_.matrix(p + "mlp.up_proj.weight", inter, h);
     w.down = weights_.matrix(p + "mlp.down_proj.weight", h, inter);
     if (!c.layer_sliding_window.empty()) w.sliding_window = c.layer_sliding_window[i];
   }
@@ -179,7 +192,9 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
     attention(w, batch, batch.kv_groups[kv.layer_group[i]], kv.k[i], kv.v[i], kv.layout, tokens);
     ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
                       ws_.hidden.data());
-    ops::linear(ws_.hidden.data(), tokens, w.gate_up, nullptr, ws_.gate_up.data());
+    const int64_t inter = c.intermediate_size;
+    ops::linear(ws_.hidden.data(), tokens, w.gate, nullptr, ws_.gate_up.data(), 2 * inter);
+    ops::linear(ws_.hidden.data(), tokens, w.up, nullptr, ws_.gate_up.data() + inter, 2 * inter);
     ops::silu_mul(ws_.gate_up.data(), tokens, c.intermediate_size, ws_.act.data());
     ops::linear(ws_.act.data(), tokens, w.down, nullptr, ws_.proj.data());
   }

@@ -63,6 +63,10 @@ class CausalLM {
   // Runs one step: writes the new tokens' K/V into `kv`, and fills `logits`
   // [batch.logits_indices.size(), vocab_size] (row-major).
   virtual void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) = 0;
+  // Bytes of weight matrices one decode step streams from memory (every
+  // linear layer and the LM head once; embedding rows are negligible), as
+  // held in memory (after any load-time conversion). For benchmarks.
+  virtual int64_t weight_bytes_per_step() const { return 0; }
 };
 
 // Builds the model for DIR from config.json's architectures[0] (registry.cpp).

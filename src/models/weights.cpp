@@ -56,33 +56,6 @@ ops::Matrix WeightStore::matrix(const std::string& name, int64_t rows, int64_t c
   return {f, DType::F32, rows, cols};
 }
 
-ops::Matrix WeightStore::stacked(const std::vector<std::string>& names,
-                                 const std::vector<int64_t>& rows, int64_t cols) {
-  std::vector<const TensorInfo*> parts;
-  int64_t total_rows = 0;
-  bool all_bf16 = true;
-  for (size_t i = 0; i < names.size(); ++i) {
-    parts.push_back(&checkpoint_.get(names[i], {rows[i], cols}));
-    total_rows += rows[i];
-    all_bf16 = all_bf16 && parts.back()->dtype == DType::BF16;
-  }
-  // BF16 stays BF16 (a byte copy); any other mix becomes F32.
-  const DType dtype = all_bf16 ? DType::BF16 : DType::F32;
-  auto* out =
-      static_cast<uint8_t*>(own(static_cast<size_t>(total_rows * cols) * dtype_size(dtype)));
-  size_t offset = 0;
-  for (const TensorInfo* t : parts) {
-    if (dtype == DType::BF16) {
-      std::memcpy(out + offset, t->data, t->nbytes);
-      offset += t->nbytes;
-    } else {
-      to_f32(*t, reinterpret_cast<float*>(out + offset));
-      offset += static_cast<size_t>(t->numel()) * sizeof(float);
-    }
-  }
-  return {out, dtype, total_rows, cols};
-}
-
 const float* WeightStore::vector(const std::string& name, int64_t n) {
   const TensorInfo& t = checkpoint_.get(name, {n});
   if (t.dtype == DType::F32 && aligned_for(t.data, DType::F32)) {

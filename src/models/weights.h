@@ -20,10 +20,6 @@ class WeightStore {
 
   // A [rows, cols] matrix; checks the tensor's shape.
   ops::Matrix matrix(const std::string& name, int64_t rows, int64_t cols);
-  // Several [rows_i, cols] tensors stacked along rows into one matrix (one
-  // copy at load), e.g. gate_proj + up_proj for a single GEMM.
-  ops::Matrix stacked(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
-                      int64_t cols);
   // A 1-D tensor of n values as f32.
   const float* vector(const std::string& name, int64_t n);
 

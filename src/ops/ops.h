@@ -22,8 +22,11 @@ struct Matrix {
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr).
-// x: [m, w.cols], y: [m, w.rows]; y must not alias x.
-void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y);
+// x: [m, w.cols], y: [m, w.rows] with row stride ldy (0: w.rows; a larger
+// stride lets two linears fill the halves of one buffer, e.g. gate and up
+// projections read in place from the checkpoint); y must not alias x.
+void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
+            int64_t ldy = 0);
 
 // y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight; rows of length n.
 // y may alias x.

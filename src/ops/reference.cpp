@@ -17,12 +17,13 @@ float matrix_at(const Matrix& w, int64_t row, int64_t col) {
   return static_cast<const float*>(w.data)[i];
 }
 
-void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y) {
+void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y, int64_t ldy) {
+  if (ldy == 0) ldy = w.rows;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t n = 0; n < w.rows; ++n) {
       double sum = bias ? bias[n] : 0.0;
       for (int64_t k = 0; k < w.cols; ++k) sum += double{x[i * w.cols + k]} * matrix_at(w, n, k);
-      y[i * w.rows + n] = static_cast<float>(sum);
+      y[i * ldy + n] = static_cast<float>(sum);
     }
   }
 }

@@ -6,7 +6,8 @@
 
 namespace pagoda::ops::ref {
 
-void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y);
+void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
+            int64_t ldy = 0);
 void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y);
 void add_rms_norm(float* residual, const float* x, const float* weight, int64_t m, int64_t n,
                   float eps, float* y);

@@ -62,6 +62,31 @@ TEST_P(Linear, MatchesReference) {
   EXPECT_EQ(checked, 6 * 4 * 4 * 2 * 2);
 }
 
+TEST_P(Linear, StridedOutputFillsOnlyItsColumns) {
+  // Two linears writing the halves of one [m, 2n] buffer (gate and up
+  // projections) give the same values as contiguous outputs and leave the
+  // other half alone.
+  std::mt19937 rng(5);
+  const int64_t m = 5, k = 70, n = 19, ldy = 2 * n;
+  const auto x = random_vec(m * k, rng);
+  const auto wf = random_vec(n * k, rng);
+  const auto wb = to_bf16(wf);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Matrix w = make_matrix(dt, wf, wb, n, k);
+    std::vector<float> contiguous(m * n), strided(m * ldy, -7.0f), strided_ref(m * ldy, -7.0f);
+    linear(x.data(), m, w, nullptr, contiguous.data());
+    linear(x.data(), m, w, nullptr, strided.data() + n, ldy);
+    ref::linear(x.data(), m, w, nullptr, strided_ref.data() + n, ldy);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_EQ(strided[i * ldy + j], -7.0f) << i << "," << j;
+        EXPECT_EQ(strided[i * ldy + n + j], contiguous[i * n + j]) << i << "," << j;
+        EXPECT_NEAR(strided_ref[i * ldy + n + j], contiguous[i * n + j], 1e-4) << i << "," << j;
+      }
+    }
+  }
+}
+
 TEST_P(Linear, Bf16WeightsAreWidenedExactly) {
   // bf16 weights must be widened to f32 exactly and multiplied in f32 (no
   // rounding of activations): the result equals linear on the widened f32

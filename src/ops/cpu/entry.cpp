@@ -20,10 +20,12 @@ int64_t rows_per_thread(int64_t n) { return std::max<int64_t>(1, 16384 / std::ma
 
 }  // namespace
 
-void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y) {
+void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y, int64_t ldy) {
   if (m <= 0 || w.rows <= 0) return;
   PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "linear: weight dtype {}",
                dtype_name(w.dtype));
+  if (ldy == 0) ldy = w.rows;
+  PAGODA_CHECK(ldy >= w.rows, "linear: output stride {} < {} rows", ldy, w.rows);
   const cpu::KernelTable& kt = cpu::active_kernels();
   const int64_t n = w.rows, k = w.cols;
   const int64_t units = (n + kColumnUnit - 1) / kColumnUnit;
@@ -33,9 +35,9 @@ void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float
   parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
     const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
     if (w.dtype == DType::BF16) {
-      kt.linear_bf16(x, m, static_cast<const uint16_t*>(w.data), k, n, bias, y, n0, n1);
+      kt.linear_bf16(x, m, static_cast<const uint16_t*>(w.data), k, ldy, bias, y, n0, n1);
     } else {
-      kt.linear_f32(x, m, static_cast<const float*>(w.data), k, n, bias, y, n0, n1);
+      kt.linear_f32(x, m, static_cast<const float*>(w.data), k, ldy, bias, y, n0, n1);
     }
   });
 }

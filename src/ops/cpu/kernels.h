@@ -27,7 +27,8 @@ struct AttentionQuery {
 };
 
 struct KernelTable {
-  // y[:, n0:n1] = x[m, k] * w[n0:n1, k]^T (+ bias); y has row stride n.
+  // y[:, n0:n1] = x[m, k] * w[n0:n1, k]^T (+ bias); y has row stride n
+  // (w's row count is not needed: only rows n0..n1 are read).
   // Each output element is computed by the same instruction sequence whatever
   // m, n0, n1 are, so results do not depend on batch size or thread split.
   void (*linear_f32)(const float* x, int64_t m, const float* w, int64_t k, int64_t n,

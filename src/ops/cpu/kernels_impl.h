@@ -16,6 +16,11 @@ namespace {
 
 using cpu::AttentionQuery;
 
+#ifndef PAGODA_PREFETCH_NEXT_TILE  // build-time switch for A/B benchmarks
+#define PAGODA_PREFETCH_NEXT_TILE 1
+#endif
+constexpr bool kPrefetchNextTile = PAGODA_PREFETCH_NEXT_TILE;
+
 // y[r * ldy + c] for R rows of x (row stride k) and C weight rows starting
 // at w (row stride k): the register-blocked micro kernel of linear.
 template <int R, int C, typename W>
@@ -37,6 +42,12 @@ PAGODA_TARGET inline void linear_tile(const float* x, const W* w, int64_t k, con
       const Vec wv = vload(w + c * k + i);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[r][c] = vfma(xv[r], wv, acc[r][c]);
+      // Decode (one activation row) is bound by streaming weights: ask for
+      // the next tile's rows (C rows further on, one tile ahead) now, so
+      // C concurrent row streams do not wait on the hardware prefetcher.
+      if constexpr (R == 1 && kPrefetchNextTile) {
+        if (i % (64 / sizeof(W)) == 0) __builtin_prefetch(w + (C + c) * k + i, 0, 0);
+      }
     }
   }
   if (i < k) {  // tail: zero-padded lanes add exact zeros

@@ -1,0 +1,203 @@
+// `pagoda bench latency`: prefill and decode speed of a batch of B
+// identical-length synthetic requests (median of --repeats runs), next to
+// the machine's roofline measured in the same run: a decode step cannot be
+// faster than its bytes (weights + KV read) over the read bandwidth, a
+// prefill token not faster than its FLOPs over the peak.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "cli/bench.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "engine/llm_engine.h"
+
+namespace pagoda::cli {
+
+namespace {
+
+struct LatencyArgs {
+  std::string model;
+  int input_len = 128;
+  int output_len = 128;
+  int batch = 1;
+  int repeats = 5;
+  int warmup = 1;
+  uint64_t seed = 0;
+  bool json = false;
+  bool no_roofline = false;
+  EngineOptions engine;
+};
+
+struct Run {
+  double prefill_s = 0, decode_s = 0;
+  int64_t decode_steps = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// One batch: B requests queued at once; prefill ends when every request
+// has its first token, decode covers the remaining steps.
+Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int tag) {
+  const int64_t vocab = engine.model_config().vocab_size;
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = a.output_len;
+  params.ignore_eos = true;
+  for (int i = 0; i < a.batch; ++i) {
+    std::vector<int32_t> prompt(a.input_len);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % (vocab - 3));
+    engine.add_request("lat-" + std::to_string(tag) + "-" + std::to_string(i), std::move(prompt),
+                       params);
+  }
+  Run r;
+  const auto t0 = Clock::now();
+  int started = 0;
+  auto t_first = t0;
+  while (engine.has_unfinished()) {
+    for (const RequestOutput& out : engine.step()) {
+      if (out.token_ids.size() == out.new_token_ids.size() && !out.new_token_ids.empty()) ++started;
+    }
+    if (started < a.batch) {
+      t_first = Clock::now();
+    } else if (r.prefill_s == 0) {
+      t_first = Clock::now();
+      r.prefill_s = std::chrono::duration<double>(t_first - t0).count();
+    } else {
+      ++r.decode_steps;
+    }
+  }
+  r.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
+  return r;
+}
+
+// FLOPs of one prompt token: every layer matrix once (2 per weight), the
+// causal attention over the prompt on average, the LM head once per prompt.
+double prefill_flops_per_token(const ModelConfig& c, int input_len) {
+  const double h = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
+  const double q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
+  const double layer_weights = h * (q + 2 * kv) + q * h + 3 * h * inter;
+  const double attention = 4 * q * (input_len + 1) / 2.0;
+  return c.num_hidden_layers * (2 * layer_weights + attention) + 2.0 * c.vocab_size * h / input_len;
+}
+
+int run_latency(LatencyArgs& a) {
+  if (int64_t{a.batch} > a.engine.max_num_seqs) a.engine.max_num_seqs = a.batch;
+  LLMEngine engine(a.model, a.engine);
+  print_engine_summary(engine);
+  const ModelConfig& c = engine.model_config();
+  ops::Roofline roof;
+  if (!a.no_roofline) roof = ops::measure_roofline(num_threads(), 0.25);
+
+  std::mt19937_64 rng(a.seed);
+  std::vector<double> prefill_tps, decode_tps, step_ms;
+  for (int i = 0; i < a.warmup + a.repeats; ++i) {
+    const Run r = run_once(engine, a, rng, i);
+    if (i < a.warmup) continue;
+    prefill_tps.push_back(static_cast<double>(a.batch) * a.input_len / r.prefill_s);
+    if (r.decode_steps > 0) {
+      decode_tps.push_back(static_cast<double>(a.batch) * r.decode_steps / r.decode_s);
+      step_ms.push_back(1e3 * r.decode_s / r.decode_steps);
+    }
+  }
+  const double med_prefill = median(prefill_tps);
+  const double med_decode = decode_tps.empty() ? 0 : median(decode_tps);
+  const double med_step_ms = step_ms.empty() ? 0 : median(step_ms);
+
+  // Decode step: the weights once, plus every sequence's K/V (f32) at its
+  // mean context length over the decode.
+  const double weight_bytes = static_cast<double>(engine.model().weight_bytes_per_step());
+  const double kv_bytes_per_token =
+      2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4;
+  const double mean_context = a.input_len + a.output_len / 2.0;
+  const double step_bytes = weight_bytes + a.batch * mean_context * kv_bytes_per_token;
+  const double flops_per_token = prefill_flops_per_token(c, a.input_len);
+  nlohmann::json j = {{"model", a.model},
+                      {"batch", a.batch},
+                      {"input_len", a.input_len},
+                      {"output_len", a.output_len},
+                      {"repeats", a.repeats},
+                      {"threads", num_threads()},
+                      {"prefill_tokens_per_s", med_prefill},
+                      {"decode_tokens_per_s", med_decode},
+                      {"decode_ms_per_step", med_step_ms},
+                      {"weight_bytes_per_step", weight_bytes},
+                      {"decode_bytes_per_step", step_bytes},
+                      {"prefill_flops_per_token", flops_per_token},
+                      {"kv_cache_bytes", engine.kv_cache_bytes()},
+                      {"peak_rss_bytes", peak_rss_bytes()},
+                      {"rss_bytes", current_rss_bytes()},
+                      {"prefill_tokens_per_s_runs", prefill_tps},
+                      {"decode_tokens_per_s_runs", decode_tps}};
+  double decode_roof_ms = 0, prefill_roof_bf16 = 0, prefill_roof_fp32 = 0;
+  if (!a.no_roofline) {
+    decode_roof_ms = step_bytes / (roof.read_gb_per_s * 1e9) * 1e3;
+    prefill_roof_bf16 = roof.bf16_gflops * 1e9 / flops_per_token;
+    prefill_roof_fp32 = roof.fp32_gflops * 1e9 / flops_per_token;
+    j["roofline"] = roofline_json(roof);
+    j["decode_roofline_ms_per_step"] = decode_roof_ms;
+    j["decode_fraction_of_roofline"] = med_step_ms > 0 ? decode_roof_ms / med_step_ms : 0;
+    j["prefill_roofline_tokens_per_s_bf16"] = prefill_roof_bf16;
+    j["prefill_fraction_of_bf16_peak"] =
+        prefill_roof_bf16 > 0 ? med_prefill / prefill_roof_bf16 : 0;
+    j["prefill_fraction_of_fp32_peak"] =
+        prefill_roof_fp32 > 0 ? med_prefill / prefill_roof_fp32 : 0;
+  }
+  if (a.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("batch %d x (%d in, %d out), %d thread(s), median of %d\n", a.batch, a.input_len,
+              a.output_len, num_threads(), a.repeats);
+  std::printf("prefill: %.1f tokens/s (%.2f GFLOP/token)\n", med_prefill, flops_per_token * 1e-9);
+  std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
+              step_bytes * 1e-6);
+  if (!a.no_roofline) {
+    std::printf("roofline: read %.1f GB/s, fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s, int8 %.0f GOP/s\n",
+                roof.read_gb_per_s, roof.fp32_gflops, roof.bf16_gflops, roof.int8_gops);
+    std::printf("decode at %.1f%% of the bandwidth roofline (%.2f ms/step)\n",
+                100 * decode_roof_ms / med_step_ms, decode_roof_ms);
+    std::printf("prefill at %.1f%% of bf16 peak (%.0f tokens/s), %.1f%% of fp32 peak\n",
+                100 * med_prefill / prefill_roof_bf16, prefill_roof_bf16,
+                100 * med_prefill / prefill_roof_fp32);
+  }
+  std::printf("memory: peak RSS %.1f MiB, RSS %.1f MiB, weights %.1f MiB, KV pool %.1f MiB\n",
+              peak_rss_bytes() / 1048576.0, current_rss_bytes() / 1048576.0,
+              weight_bytes / 1048576.0, engine.kv_cache_bytes() / 1048576.0);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench_latency(CLI::App& bench) {
+  auto args = std::make_shared<LatencyArgs>();
+  CLI::App* cmd = bench.add_subcommand(
+      "latency", "Prefill and decode speed of one batch, against the machine's roofline");
+  cmd->add_option("--model,-m", args->model, "Model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--input-len", args->input_len, "Prompt tokens per request")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--output-len", args->output_len, "Generated tokens per request")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--batch", args->batch, "Requests run together")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--repeats", args->repeats, "Measured runs (the median is reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "Unmeasured runs first")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the synthetic prompts")->capture_default_str();
+  cmd->add_flag("--no-roofline", args->no_roofline, "Skip measuring the roofline");
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  add_engine_flags(*cmd, args->engine);
+  return [args] { return run_latency(*args); };
+}
+
+}  // namespace pagoda::cli

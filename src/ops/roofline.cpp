@@ -1,0 +1,87 @@
+#include "ops/roofline.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace pagoda::ops {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Best rate (ops/s) of the kind's loop run on every thread at once.
+double peak_rate(PeakKind kind, int threads, double seconds) {
+  if (!peak_supported(kind)) return 0;
+  // Calibrate on one thread: iterations for ~seconds / 4 per run.
+  int64_t iters = 1 << 12;
+  for (;;) {
+    const auto t0 = Clock::now();
+    run_peak_loop(kind, iters);
+    const double s = seconds_since(t0);
+    if (s > seconds / 16 || iters > (int64_t{1} << 40)) {
+      iters = std::max<int64_t>(1, static_cast<int64_t>(iters * (seconds / 4) / std::max(s, 1e-9)));
+      break;
+    }
+    iters *= 4;
+  }
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> ops(threads, 0.0);
+    const auto t0 = Clock::now();
+    parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) ops[t] = run_peak_loop(kind, iters);
+    });
+    const double s = seconds_since(t0);
+    double total = 0;
+    for (double o : ops) total += o;
+    best = std::max(best, total / s);
+  }
+  return best;
+}
+
+double read_rate(int threads, double seconds, int64_t bytes) {
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  std::unique_ptr<float[]> buf(new float[n]);
+  // First touch on the threads that will read (NUMA placement).
+  parallel_for(n, 1 << 16,
+               [&](int64_t b, int64_t e) { std::fill(buf.get() + b, buf.get() + e, 1.0f); });
+  std::atomic<float> sink{0};
+  double best = 0;
+  const auto start = Clock::now();
+  for (int rep = 0; rep < 3 || (seconds_since(start) < seconds && rep < 50); ++rep) {
+    const auto t0 = Clock::now();
+    parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+      sink.store(sink.load(std::memory_order_relaxed) + read_sum(buf.get() + b, e - b),
+                 std::memory_order_relaxed);
+    });
+    best = std::max(best, static_cast<double>(bytes) / seconds_since(t0));
+  }
+  return sink.load() == -1.0f ? 0 : best;
+}
+
+}  // namespace
+
+Roofline measure_roofline(int threads, double seconds, int64_t read_bytes) {
+  const int old = num_threads();
+  set_num_threads(threads);
+  Roofline r;
+  r.threads = threads;
+  r.read_gb_per_s = read_rate(threads, seconds, read_bytes) * 1e-9;
+  r.fp32_gflops = peak_rate(PeakKind::Fp32Fma, threads, seconds) * 1e-9;
+  r.bf16_gflops = peak_rate(PeakKind::Bf16Dot, threads, seconds) * 1e-9;
+  r.int8_gops = peak_rate(PeakKind::Int8Dot, threads, seconds) * 1e-9;
+  set_num_threads(old);
+  return r;
+}
+
+}  // namespace pagoda::ops

@@ -1,0 +1,92 @@
+// The kernel thread pool: every index covered exactly once, exceptions
+// reach the caller, nested calls run inline, and resizing the pool while
+// its workers sleep never hangs (a worker thread that started late once waited forever).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace pagoda::testing {
+namespace {
+
+struct ScopedThreads {
+  explicit ScopedThreads(int n) : old(num_threads()) { set_num_threads(n); }
+  ~ScopedThreads() { set_num_threads(old); }
+  int old;
+};
+
+TEST(Parallel, CoversEveryIndexOnce) {
+  ScopedThreads threads(2);
+  for (int64_t n : {0, 1, 7, 100, 1001}) {
+    for (int64_t min_per : {1, 3, 64}) {
+      std::vector<std::atomic<int>> hits(n);
+      parallel_for(n, min_per, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[i].load(), 1) << n << " " << min_per << " " << i;
+    }
+  }
+}
+
+TEST(Parallel, UsesMoreThanOneThread) {
+  ScopedThreads threads(2);
+  std::atomic<int> in_flight{0}, max_in_flight{0};
+  // Each chunk waits briefly for a partner; with two threads, two chunks
+  // overlap at some point.
+  for (int attempt = 0; attempt < 50 && max_in_flight.load() < 2; ++attempt) {
+    parallel_for(8, 1, [&](int64_t, int64_t) {
+      const int now = in_flight.fetch_add(1) + 1;
+      int seen = max_in_flight.load();
+      while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      in_flight.fetch_sub(1);
+    });
+  }
+  EXPECT_EQ(max_in_flight.load(), 2);
+}
+
+TEST(Parallel, ExceptionReachesCaller) {
+  ScopedThreads threads(2);
+  EXPECT_THROW(parallel_for(64, 1,
+                            [](int64_t b, int64_t) {
+                              if (b == 0) throw std::runtime_error("chunk");
+                            }),
+               std::runtime_error);
+  int64_t sum = 0;  // the pool still works afterwards
+  parallel_for(10, 5, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) __atomic_add_fetch(&sum, i, __ATOMIC_RELAXED);
+  });
+  EXPECT_EQ(sum, 45);
+}
+
+TEST(Parallel, NestedCallsRunInline) {
+  ScopedThreads threads(2);
+  std::atomic<int64_t> total{0};
+  parallel_for(4, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      parallel_for(100, 1, [&](int64_t b2, int64_t e2) { total.fetch_add(e2 - b2); });
+    }
+  });
+  EXPECT_EQ(total.load(), 400);
+}
+
+TEST(Parallel, ResizingWhileWorkersSleepDoesNotHang) {
+  for (int round = 0; round < 20; ++round) {
+    ScopedThreads threads(round % 2 ? 2 : 3);
+    std::atomic<int> n{0};
+    parallel_for(16, 1, [&](int64_t b, int64_t e) { n.fetch_add(static_cast<int>(e - b)); });
+    EXPECT_EQ(n.load(), 16);
+    // Long enough for the workers to stop spinning and go to sleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(round % 4 == 0 ? 20 : 0));
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::testing
