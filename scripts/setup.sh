@@ -8,7 +8,8 @@ want_tests=0
 [[ "${1:-}" == "--test" ]] && want_tests=1
 
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev
-          libfmt-dev libspdlog-dev libxxhash-dev libicu-dev libcpp-httplib-dev)
+          libfmt-dev libspdlog-dev libxxhash-dev libicu-dev libcpp-httplib-dev
+          libopenmpi-dev openmpi-bin)
 if (( want_tests )); then
   packages+=(libgtest-dev libgmock-dev python3-numpy python3-jinja2 clang libomp-dev)
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)

@@ -3,9 +3,8 @@
 // questions), with prefix caching on or off.
 #include <chrono>
 #include <cstdio>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -60,7 +59,8 @@ int run_throughput(ThroughputArgs& a) {
     peak_blocks = std::max(peak_blocks, engine.num_kv_blocks() - engine.num_free_kv_blocks());
     ++steps;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t prompt_tokens = int64_t{a.num_prompts} * a.input_len;
   const nlohmann::json result = {
       {"num_prompts", a.num_prompts},
@@ -82,11 +82,13 @@ int run_throughput(ThroughputArgs& a) {
     std::printf("%s\n", result.dump().c_str());
     return 0;
   }
-  std::printf("requests: %d x (%d in, %d out), shared prefix %d, prefix caching %s\n", a.num_prompts,
-              a.input_len, a.output_len, a.shared_prefix_len, a.engine.enable_prefix_caching ? "on" : "off");
+  std::printf("requests: %d x (%d in, %d out), shared prefix %d, prefix caching %s\n",
+              a.num_prompts, a.input_len, a.output_len, a.shared_prefix_len,
+              a.engine.enable_prefix_caching ? "on" : "off");
   std::printf("time: %.3f s in %lld steps\n", seconds, static_cast<long long>(steps));
   std::printf("throughput: %.2f requests/s, %.1f output tokens/s, %.1f total tokens/s\n",
-              a.num_prompts / seconds, output_tokens / seconds, (prompt_tokens + output_tokens) / seconds);
+              a.num_prompts / seconds, output_tokens / seconds,
+              (prompt_tokens + output_tokens) / seconds);
   std::printf("prefix cache: %lld of %lld prompt tokens served from cache\n",
               static_cast<long long>(cached_tokens), static_cast<long long>(prompt_tokens));
   std::printf("KV cache: peak %d of %d blocks (%.1f%%)\n", peak_blocks, engine.num_kv_blocks(),
@@ -100,17 +102,30 @@ Runner add_bench_command(CLI::App& app) {
   auto args = std::make_shared<ThroughputArgs>();
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
-  CLI::App* cmd = bench->add_subcommand("throughput", "Offline serving throughput on synthetic prompts");
-  cmd->add_option("--model,-m", args->model, "Model directory")->required()->check(CLI::ExistingDirectory);
-  cmd->add_option("--num-prompts", args->num_prompts, "Number of requests")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--input-len", args->input_len, "Prompt tokens per request")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--output-len", args->output_len, "Generated tokens per request")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  CLI::App* cmd =
+      bench->add_subcommand("throughput", "Offline serving throughput on synthetic prompts");
+  cmd->add_option("--model,-m", args->model, "Model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--num-prompts", args->num_prompts, "Number of requests")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--input-len", args->input_len, "Prompt tokens per request")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--output-len", args->output_len, "Generated tokens per request")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--shared-prefix-len", args->shared_prefix_len,
-                  "Tokens of a system prompt shared by every request")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+                  "Tokens of a system prompt shared by every request")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic prompts")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   add_engine_flags(*cmd, args->engine);
-  return [args] { return run_throughput(*args); };
+  return [args] {
+    return run_on_rank0(args->model, args->engine, [&] { return run_throughput(*args); });
+  };
 }
 
 }  // namespace pagoda::cli

@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
+#include "parallel/communicator.h"
 
 namespace pagoda::cli {
 
@@ -25,14 +26,21 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
       ->capture_default_str();
   cmd.add_flag("--no-prefix-caching{false}", o.enable_prefix_caching,
                "Disable automatic prefix caching (on by default)");
+  cmd.add_option("--tensor-parallel-size,--tp", o.tensor_parallel_size,
+                 "Split the model over N ranks (tensor parallelism); run under mpirun -np N")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
 }
 
-}  // namespace pagoda::cli
-
-namespace pagoda::cli {
+int run_on_rank0(const std::string& model, const EngineOptions& options,
+                 const std::function<int()>& run) {
+  if (parallel::world().rank() == 0) return run();
+  LLMEngine::run_worker(model, options);
+  return 0;
+}
 
 void print_engine_summary(const LLMEngine& engine) {
   const int32_t blocks = engine.num_kv_blocks(), block_size = engine.options().block_size;
@@ -40,8 +48,9 @@ void print_engine_summary(const LLMEngine& engine) {
                "pagoda: KV cache %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu layer "
                "group(s)), prefix caching %s, %d thread(s), %s kernels\n",
                blocks, block_size, static_cast<long long>(blocks) * block_size,
-               static_cast<double>(engine.kv_cache_bytes()) / (1 << 20), engine.kv_cache().groups().size(),
-               engine.kv_cache().prefix_caching() ? "on" : "off", num_threads(), ops::isa_name(ops::current_isa()));
+               static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
+               engine.kv_cache().groups().size(), engine.kv_cache().prefix_caching() ? "on" : "off",
+               num_threads(), ops::isa_name(ops::current_isa()));
 }
 
 }  // namespace pagoda::cli
