@@ -35,16 +35,29 @@ function startServer() {
   });
 }
 
-// The pid of MPI rank `rank` among the server's processes.
+function parentPid(pid) {
+  // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+}
+
+function descendsFrom(pid, ancestor) {
+  for (let p = pid, hops = 0; p > 1 && hops < 16; p = parentPid(p), hops++) {
+    if (p === ancestor) return true;
+  }
+  return false;
+}
+
+// The pid of MPI rank `rank` among this server's processes (descendants of
+// the process we spawned: other tests may run mpirun jobs at the same time).
 function rankPid(rank) {
   for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
     try {
       const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
       if (cmd[0] !== binary || cmd[1] !== "serve") continue;
+      if (!descendsFrom(Number(pid), server.proc.pid)) continue;
       const env = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
-      if (env.includes(`OMPI_COMM_WORLD_RANK=${rank}`) && env.some((e) => e.startsWith("PMIX_NAMESPACE="))) {
-        return Number(pid);
-      }
+      if (env.includes(`OMPI_COMM_WORLD_RANK=${rank}`)) return Number(pid);
     } catch {}
   }
   return 0;
