@@ -8,7 +8,8 @@
 #  * each rank's resident weight memory is about 1/tp of the checkpoint;
 #  * a TP size that does not match -np, TP without mpirun, or a model whose
 #    heads do not split are refused with a message on every rank, no hang;
-#  * a rank killed mid-serve ends the whole job instead of hanging.
+#  * a rank killed mid-serve ends the whole job instead of hanging, and so
+#    does a rank that stalls (SIGSTOP) in the middle of a step.
 # Every mpirun has a timeout (mpirun --timeout, and coreutils timeout).
 set -uo pipefail
 pagoda=$1
@@ -154,6 +155,16 @@ expect_refusal "heads 6 at tp 4" "num_attention_heads 6 is not divisible by 4" 4
   mpi 4 -- generate --model "$tmp/kv3" --prompt hi --threads 1 --tp 4
 
 # ---- a rank dies mid-serve: the job ends, no hang ------------------------
+# descends_from PID ANCESTOR: other tests may run mpirun jobs meanwhile.
+descends_from() {
+  local p=$1
+  for _ in $(seq 16); do
+    [[ $p == "$2" ]] && return 0
+    [[ -n $p && $p -gt 1 ]] || return 1
+    p=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)
+  done
+  return 1
+}
 for victim in 1 0; do
   mpi 2 -- serve --model "$model" --port 0 --threads 1 --tp 2 >"$tmp/serve.out" 2>"$tmp/serve.err" &
   job=$!
@@ -162,7 +173,8 @@ for victim in 1 0; do
   grep -q "on http://" "$tmp/serve.err" || fail "serve TP=2 did not start: $(head -c 600 "$tmp/serve.err")"
   rank_pid=""
   for p in $(pgrep -f "$pagoda serve --model $model --port 0"); do
-    grep -qz "^OMPI_COMM_WORLD_RANK=$victim$" "/proc/$p/environ" 2>/dev/null && rank_pid=$p
+    descends_from "$p" "$job" && grep -qz "^OMPI_COMM_WORLD_RANK=$victim$" "/proc/$p/environ" \
+      2>/dev/null && rank_pid=$p
   done
   if [[ -z $rank_pid ]]; then
     fail "could not find rank $victim"
@@ -177,6 +189,36 @@ for victim in 1 0; do
   fi
   kill -9 "$job" 2>/dev/null
 done
+
+# ---- a rank stalls (SIGSTOP) mid-request: the collective watchdog ends the
+# job with a message instead of waiting forever ------------------------------
+PAGODA_COLLECTIVE_TIMEOUT_S=3 mpi 2 -x PAGODA_COLLECTIVE_TIMEOUT_S -- serve --model "$model" \
+  --port 0 --threads 1 --tp 2 >"$tmp/stall.out" 2>"$tmp/stall.err" &
+job=$!
+pids+=("$job")
+for _ in $(seq 300); do grep -q "on http://" "$tmp/stall.err" && break; sleep 0.1; done
+port=$(grep -o "127.0.0.1:[0-9]*" "$tmp/stall.err")
+stalled=""
+for p in $(pgrep -f "$pagoda serve --model $model --port 0"); do
+  descends_from "$p" "$job" && grep -qz "^OMPI_COMM_WORLD_RANK=1$" "/proc/$p/environ" \
+    2>/dev/null && stalled=$p
+done
+if [[ -z $port || -z $stalled ]]; then
+  fail "stall: server or rank 1 not found: $(head -c 600 "$tmp/stall.err")"
+else
+  kill -STOP "$stalled"
+  start=$SECONDS
+  curl -s -m 30 "http://$port/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"model\": \"$model\", \"prompt\": \"Once\", \"max_tokens\": 8}" >/dev/null
+  wait "$job"
+  code=$?
+  kill -CONT "$stalled" 2>/dev/null
+  ((SECONDS - start < 30)) || fail "stall: the job took $((SECONDS - start)) s to end"
+  [[ $code -ne 0 ]] || fail "stall: mpirun exited 0"
+  grep -q "all-reduce has waited" "$tmp/stall.err" \
+    || fail "stall: no watchdog message: $(head -c 600 "$tmp/stall.err")"
+  echo "ok: rank 1 stalled, the watchdog ended the job (exit $code) after $((SECONDS - start)) s"
+fi
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures tensor-parallel check(s) failed"
