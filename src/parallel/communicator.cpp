@@ -78,8 +78,8 @@ void check_tensor_parallel_size(int tensor_parallel_size, const Communicator& co
   if (tensor_parallel_size == comm.size()) return;
   if (comm.size() == 1 && !built_with_mpi()) {
     throw ParallelConfigError(fmt::format(
-        "--tensor-parallel-size {} needs MPI, and this pagoda was built without it (install "
-        "libopenmpi-dev and rebuild)",
+        "--tensor-parallel-size {} needs MPI, and this pagoda was built without MPI (install "
+        "libopenmpi-dev and openmpi-bin, then rebuild)",
         tensor_parallel_size));
   }
   throw ParallelConfigError(fmt::format(

@@ -24,6 +24,16 @@ cleanup() {
 }
 trap cleanup EXIT
 failures=0
+# A third argument runs one section (logits, generate, refusals, failures),
+# so ctest runs them as separate, parallel tests; none runs them all.
+section=${3:-all}
+case $section in
+  all | logits | generate | refusals | failures) ;;
+  *) echo "unknown section '$section'"; exit 2 ;;
+esac
+want() { [[ $section == all || $section == "$1" ]]; }
+command -v mpirun >/dev/null || { echo "FAIL: mpirun not found (install openmpi-bin)"; exit 1; }
+model=$src/models/stories260k
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # Open MPI refuses to run as root without these; its own start-up
@@ -79,6 +89,7 @@ print(f"ok {sys.argv[3]}: TP={sys.argv[4]} equals TP=1 ({len(x)} steps, worst re
 PY
 }
 
+if want logits; then
 check_model stories260k 2 --dir "$src/models/stories260k"
 check_model qwen3-kv1-replicated 2 --arch qwen3 --heads 8 --kv-heads 1 --seed 11
 check_model llama-kv1-replicated-bf16 2 --arch llama --heads 4 --kv-heads 1 --dtype bf16 --seed 12
@@ -87,9 +98,10 @@ check_model qwen2-bias-tied 2 --arch qwen2 --heads 8 --kv-heads 2 --tied --seed 
 check_model qwen3-tp3-uneven-vocab 3 --arch qwen3 --heads 6 --kv-heads 1 --seed 15
 check_model qwen3-tp4-kv2-replicated 4 --arch qwen3 --heads 8 --kv-heads 2 --seed 16
 check_model stories260k-tcp 2 --dir "$src/models/stories260k" -- --mca btl tcp,self
+fi
 
+if want generate; then
 # ---- generate: text and token ids, TP=2 (shared memory and TCP) vs TP=1 --
-model=$src/models/stories260k
 gen=(generate --model "$model" --prompt "Once upon a time" --prompt "The little dog"
      --prompt "Lily and Tom went to the park" --max-tokens 48 --temperature 0 --json --quiet --threads 1)
 "$pagoda" "${gen[@]}" >"$tmp/gen1.jsonl" || fail "TP=1 generate"
@@ -129,6 +141,8 @@ for r, b in two.items():
     assert 0.4 * size <= b <= 0.6 * size, f"rank {r} holds {b / size:.2f} of the checkpoint, expected ~0.5"
 PY
 
+fi
+
 # ---- refused configurations: message on every rank, clean exit ----------
 expect_refusal() {  # expect_refusal NAME PATTERN NRANKS -- command...
   local name=$1 pattern=$2 nranks=$3
@@ -143,6 +157,7 @@ expect_refusal() {  # expect_refusal NAME PATTERN NRANKS -- command...
   [[ $n -eq $nranks ]] || fail "$name: '$pattern' printed by $n rank(s), expected $nranks: $(head -c 600 "$tmp/ref.err")"
   grep -q "MPI_ABORT\|aborting the job" "$tmp/ref.err" && fail "$name: aborted instead of a clean exit"
 }
+if want refusals; then
 small=(generate --model "$model" --prompt hi --max-tokens 2 --threads 1)
 expect_refusal "np 2, tp 1" "does not match the 2 process(es)" 2 -- mpi 2 -- "${small[@]}"
 expect_refusal "np 2, tp 3" "does not match the 2 process(es)" 2 -- mpi 2 -- "${small[@]}" --tp 3
@@ -154,6 +169,9 @@ expect_refusal "kv heads 3 at tp 2" "num_key_value_heads 3" 2 -- \
 expect_refusal "heads 6 at tp 4" "num_attention_heads 6 is not divisible by 4" 4 -- \
   mpi 4 -- generate --model "$tmp/kv3" --prompt hi --threads 1 --tp 4
 
+fi
+
+if want failures; then
 # ---- a rank dies mid-serve: the job ends, no hang ------------------------
 # descends_from PID ANCESTOR: other tests may run mpirun jobs meanwhile.
 descends_from() {
@@ -220,8 +238,10 @@ else
   echo "ok: rank 1 stalled, the watchdog ended the job (exit $code) after $((SECONDS - start)) s"
 fi
 
+fi
+
 if [[ $failures -ne 0 ]]; then
-  echo "$failures tensor-parallel check(s) failed"
+  echo "$failures tensor-parallel check(s) failed ($section)"
   exit 1
 fi
-echo "all tensor-parallel checks passed"
+echo "all tensor-parallel checks passed ($section)"
