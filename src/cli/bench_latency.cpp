@@ -197,7 +197,9 @@ Runner add_bench_latency(CLI::App& bench) {
   cmd->add_flag("--no-roofline", args->no_roofline, "Skip measuring the roofline");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   add_engine_flags(*cmd, args->engine);
-  return [args] { return run_latency(*args); };
+  return [args] {
+    return run_on_rank0(args->model, args->engine, [&] { return run_latency(*args); });
+  };
 }
 
 }  // namespace pagoda::cli

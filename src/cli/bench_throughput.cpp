@@ -123,7 +123,9 @@ Runner add_bench_throughput(CLI::App& bench) {
   cmd->add_option("--seed", args->seed, "Seed of the synthetic prompts")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   add_engine_flags(*cmd, args->engine);
-  return [args] { return run_throughput(*args); };
+  return [args] {
+    return run_on_rank0(args->model, args->engine, [&] { return run_throughput(*args); });
+  };
 }
 
 }  // namespace pagoda::cli

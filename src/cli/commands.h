@@ -18,6 +18,10 @@ Runner add_serve_command(CLI::App& app);
 
 // Engine flags shared by every command that loads a model.
 void add_engine_flags(CLI::App& cmd, EngineOptions& options);
+// Tensor parallel: rank 0 runs the command (scheduler, tokenizer, I/O); the
+// other ranks run the model worker for `model` until rank 0 is done.
+int run_on_rank0(const std::string& model, const EngineOptions& options,
+                 const std::function<int()>& run);
 // One stderr line: KV-cache blocks, token capacity and memory, threads, ISA.
 void print_engine_summary(const LLMEngine& engine);
 

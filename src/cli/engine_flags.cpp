@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
+#include "parallel/communicator.h"
 
 namespace pagoda::cli {
 
@@ -34,14 +35,21 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
                                                   {"priority", SchedulingPolicy::Priority}},
           CLI::ignore_case))
       ->default_str("fcfs");
+  cmd.add_option("--tensor-parallel-size,--tp", o.tensor_parallel_size,
+                 "Split the model over N ranks (tensor parallelism); run under mpirun -np N")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
 }
 
-}  // namespace pagoda::cli
-
-namespace pagoda::cli {
+int run_on_rank0(const std::string& model, const EngineOptions& options,
+                 const std::function<int()>& run) {
+  if (parallel::world().rank() == 0) return run();
+  LLMEngine::run_worker(model, options);
+  return 0;
+}
 
 void print_engine_summary(const LLMEngine& engine) {
   const int32_t blocks = engine.num_kv_blocks(), block_size = engine.options().block_size;

@@ -142,7 +142,9 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_flag("--quiet,-q", args->quiet, "Print only the generated text (no engine summary)");
   add_sampling_flags(*cmd, args->sampling, args->seed);
   add_engine_flags(*cmd, args->engine);
-  return [args] { return run_generate(*args); };
+  return [args] {
+    return run_on_rank0(args->model, args->engine, [&] { return run_generate(*args); });
+  };
 }
 
 }  // namespace pagoda::cli

@@ -56,7 +56,8 @@ Runner add_logits_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", args->out, "Output JSON file")->required();
   add_engine_flags(*cmd, args->engine);
-  return [args] { return run_logits(*args); };
+  return
+      [args] { return run_on_rank0(args->model, args->engine, [&] { return run_logits(*args); }); };
 }
 
 }  // namespace pagoda::cli

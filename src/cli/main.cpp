@@ -5,8 +5,35 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "parallel/communicator.h"
+
+namespace {
+
+// Under mpirun every rank gets here. An error that all ranks raised alike
+// (bad flags, a tensor-parallel mismatch, an agreed start-up failure) ends
+// each rank cleanly; any other error on one rank aborts the whole job, since
+// the others may be waiting in a collective for it.
+int finish(int code) {
+  pagoda::parallel::Communicator& world = pagoda::parallel::world();
+  if (world.size() > 1 && code != 0 && !pagoda::parallel::exit_agreed()) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    world.abort(code);
+  }
+  pagoda::parallel::finalize();
+  return code;
+}
+
+std::string where() {
+  const pagoda::parallel::Communicator& world = pagoda::parallel::world();
+  if (world.size() == 1) return "";
+  return " (rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()) + ")";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  pagoda::parallel::init(&argc, &argv);
   CLI::App app{"Pagoda: run and serve large language models on CPU", "pagoda"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "pagoda 0.1.0");
@@ -26,18 +53,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; bad flags exit 2 with CLI11's message.
     const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    pagoda::parallel::mark_exit_agreed();  // every rank parsed the same flags
+    return finish(code == 0 ? 0 : 2);
   }
   try {
     for (const auto& [cmd, run] : runners) {
-      if (cmd->parsed()) return run();
+      if (cmd->parsed()) return finish(run());
     }
+  } catch (const pagoda::parallel::ParallelConfigError& e) {
+    pagoda::parallel::mark_exit_agreed();
+    std::fprintf(stderr, "error%s: %s\n", where().c_str(), e.what());
+    return finish(2);
   } catch (const pagoda::InputError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    std::fprintf(stderr, "error%s: %s\n", where().c_str(), e.what());
+    return finish(2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "internal error%s: %s\n", where().c_str(), e.what());
+    return finish(1);
   }
-  return 0;
+  return finish(0);
 }

@@ -1,6 +1,8 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -8,6 +10,13 @@
 #include "core/parallel.h"
 
 namespace pagoda {
+
+// The KV pool's layer groups and size constraints (same on every rank).
+struct KVPoolShape {
+  std::vector<KVCacheGroup> groups;
+  int64_t bytes_per_block = 0;
+  int64_t min_blocks = 0;
+};
 
 namespace {
 
@@ -27,17 +36,127 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
+// Start-up shared by rank 0 and the workers: checks, threads, and this
+// rank's shard of the model. A failure on one rank (a file missing on one
+// machine) is agreed on by all, so none waits forever for the others.
+std::unique_ptr<CausalLM> load_shard(const std::string& model_dir, const EngineOptions& options,
+                                     parallel::Communicator& comm) {
+  parallel::check_tensor_parallel_size(options.tensor_parallel_size, comm);
+  if (options.num_threads > 0) {
+    set_num_threads(options.num_threads);
+  } else if (comm.size() > 1) {  // mpirun binds each rank to its own core(s)
+    set_num_threads(parallel::cpus_in_affinity_mask());
+  }
+  if (comm.size() == 1) return load_model(model_dir, comm);
+  std::unique_ptr<CausalLM> model;
+  try {
+    model = load_model(model_dir, comm);
+  } catch (const parallel::ParallelConfigError&) {
+    throw;  // raised identically on every rank, before any collective
+  } catch (...) {
+    comm.all_ok(false);
+    parallel::mark_exit_agreed();
+    throw;
+  }
+  if (!comm.all_ok(true)) {
+    parallel::mark_exit_agreed();
+    throw_input_error("rank {}: another rank failed to load the model (see its message)",
+                      comm.rank());
+  }
+  return model;
+}
+
+// PAGODA_REPORT_WEIGHT_MEMORY=1: one stderr line per rank with the bytes of
+// weights it holds (checkpoint pages resident in this process + copies).
+void report_weight_memory(const CausalLM& model, const parallel::Communicator& comm) {
+  const char* v = std::getenv("PAGODA_REPORT_WEIGHT_MEMORY");
+  if (!v || std::string(v) != "1") return;
+  const int64_t mapped = resident_checkpoint_bytes();
+  const auto owned = static_cast<int64_t>(model.owned_weight_bytes());
+  std::fprintf(stderr,
+               "pagoda[rank %d/%d]: weight memory %lld bytes (checkpoint resident %lld + owned "
+               "%lld)\n",
+               comm.rank(), comm.size(), static_cast<long long>(mapped + owned),
+               static_cast<long long>(mapped), static_cast<long long>(owned));
+  std::fflush(stderr);
+}
+
+KVPoolShape kv_pool_shape(const CausalLM& model, int32_t block_size, int64_t max_model_len) {
+  KVPoolShape s;
+  // KV pool: a block holds block_size positions of one layer per group slot.
+  const KVCacheSpec spec = model.kv_cache_spec();
+  s.groups = make_kv_cache_groups(spec.layer_sliding_window);
+  size_t slots = 0;
+  for (const KVCacheGroup& g : s.groups) slots = std::max(slots, g.layers.size());
+  s.bytes_per_block =
+      static_cast<int64_t>(slots) * 2 * spec.num_kv_heads * spec.head_dim * 4 * block_size;
+  // One sequence of max_model_len must fit: a full group needs every block,
+  // a sliding group only those in its window (+1 partial, +1 being filled).
+  const int64_t blocks_per_seq = (max_model_len + block_size - 1) / block_size;
+  for (const KVCacheGroup& g : s.groups) {
+    s.min_blocks += g.sliding_window == 0
+                        ? blocks_per_seq
+                        : std::min(blocks_per_seq, g.sliding_window / block_size + 2);
+  }
+  return s;
+}
+
 }  // namespace
 
+void LLMEngine::run_worker(const std::string& model_dir, const EngineOptions& options) {
+  parallel::Communicator& comm = parallel::world();
+  PAGODA_CHECK(comm.rank() != 0, "run_worker on rank 0");
+  std::unique_ptr<CausalLM> model = load_shard(model_dir, options, comm);
+  // Rank 0 sizes the KV pool (it knows max_model_len and the budget) and
+  // sends the block count, or -1 when it failed to start.
+  int64_t num_blocks = -1;
+  comm.broadcast(&num_blocks, sizeof(num_blocks), 0);
+  if (num_blocks < 0) {
+    parallel::mark_exit_agreed();
+    throw_input_error("rank {}: rank 0 failed to start the engine (see its message)", comm.rank());
+  }
+  const KVPoolShape shape = kv_pool_shape(*model, options.block_size, 1);
+  ModelRunner runner(*model, shape.groups, num_blocks, options.block_size, comm);
+  runner.serve_worker();
+  report_weight_memory(*model, comm);
+}
+
 LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
-    : options_(options) {
+    : options_(options), comm_(parallel::world()) {
   if (options.block_size < 1)
     throw_input_error("block size must be >= 1, got {}", options.block_size);
   if (options.max_num_seqs < 1) throw_input_error("max_num_seqs must be >= 1");
   if (options.max_num_batched_tokens < 1) throw_input_error("max_num_batched_tokens must be >= 1");
-  if (options.num_threads > 0) set_num_threads(options.num_threads);
+  PAGODA_CHECK(comm_.rank() == 0, "LLMEngine on rank {} (workers call run_worker)", comm_.rank());
 
-  model_ = load_model(model_dir);
+  model_ = load_shard(model_dir, options, comm_);
+  // From here until the workers know the KV pool size, a failure must be
+  // sent to them (num_blocks = -1) before it propagates.
+  int64_t num_blocks = -1;
+  KVPoolShape shape;
+  try {
+    init_after_load(model_dir, options, &num_blocks, &shape);
+  } catch (...) {
+    if (comm_.size() > 1) {
+      num_blocks = -1;
+      comm_.broadcast(&num_blocks, sizeof(num_blocks), 0);
+      parallel::mark_exit_agreed();
+    }
+    throw;
+  }
+  if (comm_.size() > 1) comm_.broadcast(&num_blocks, sizeof(num_blocks), 0);
+  kv_ = std::make_unique<KVCacheManager>(shape.groups, static_cast<int32_t>(num_blocks),
+                                         options.block_size, options.enable_prefix_caching);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size,
+                      options.scheduling_policy},
+      *kv_);
+  runner_ =
+      std::make_unique<ModelRunner>(*model_, shape.groups, num_blocks, options.block_size, comm_);
+}
+
+void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,
+                                int64_t* num_blocks_out, KVPoolShape* shape_out) {
   tokenizer_ = Tokenizer::load(model_dir);
   const ModelConfig& config = model_->config();
   max_model_len_ =
@@ -48,22 +167,9 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
   if (eos_ids_.empty() && tokenizer_->eos_token_id())
     eos_ids_.push_back(*tokenizer_->eos_token_id());
 
-  // KV pool: a block holds block_size positions of one layer per group slot.
-  const KVCacheSpec spec = model_->kv_cache_spec();
-  std::vector<KVCacheGroup> groups = make_kv_cache_groups(spec.layer_sliding_window);
-  size_t slots = 0;
-  for (const KVCacheGroup& g : groups) slots = std::max(slots, g.layers.size());
-  const int64_t bytes_per_block =
-      static_cast<int64_t>(slots) * 2 * spec.num_kv_heads * spec.head_dim * 4 * options.block_size;
-  // One sequence of max_model_len must fit: a full group needs every block,
-  // a sliding group only those in its window (+1 partial, +1 being filled).
-  const int64_t blocks_per_seq = (max_model_len_ + options.block_size - 1) / options.block_size;
-  int64_t min_blocks = 0;
-  for (const KVCacheGroup& g : groups) {
-    min_blocks += g.sliding_window == 0
-                      ? blocks_per_seq
-                      : std::min(blocks_per_seq, g.sliding_window / options.block_size + 2);
-  }
+  KVPoolShape& shape = *shape_out;
+  shape = kv_pool_shape(*model_, options.block_size, max_model_len_);
+  const int64_t bytes_per_block = shape.bytes_per_block, min_blocks = shape.min_blocks;
   int64_t budget = options.kv_cache_memory;
   if (budget <= 0) {  // enough for max_num_seqs full-length sequences, within half the free RAM
     budget = std::min<int64_t>(min_blocks * bytes_per_block * options.max_num_seqs,
@@ -76,13 +182,7 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
         "max_model_len {} needs ({} blocks); raise --kv-cache-memory or lower --max-model-len",
         budget, num_blocks, options.block_size, max_model_len_, min_blocks);
   }
-  kv_ = std::make_unique<KVCacheManager>(groups, static_cast<int32_t>(num_blocks),
-                                         options.block_size, options.enable_prefix_caching);
-  scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size,
-                      options.scheduling_policy},
-      *kv_);
-  runner_ = std::make_unique<ModelRunner>(*model_, groups, num_blocks, options.block_size);
+  *num_blocks_out = num_blocks;
 }
 
 EngineStats LLMEngine::stats() const {
@@ -96,7 +196,10 @@ EngineStats LLMEngine::stats() const {
   return s;
 }
 
-LLMEngine::~LLMEngine() = default;
+LLMEngine::~LLMEngine() {
+  if (runner_) runner_->shutdown_workers();
+  if (model_) report_weight_memory(*model_, comm_);
+}
 
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
                                  const SamplingParams& params) const {

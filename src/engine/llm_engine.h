@@ -26,6 +26,9 @@ struct EngineOptions {
   int num_threads = 0;        // 0 = all cores
   bool enable_prefix_caching = true;
   SchedulingPolicy scheduling_policy = SchedulingPolicy::Fcfs;
+  // Ranks the model is split over (one MPI process each, launched by
+  // mpirun -np N); must equal the number of processes.
+  int tensor_parallel_size = 1;
 };
 
 // Engine-wide counters (the server's /metrics reads these).
@@ -67,10 +70,19 @@ struct RequestOutput {
   RequestMetrics metrics;
 };
 
+struct KVPoolShape;
+
 class LLMEngine {
  public:
+  // Under tensor parallelism this is rank 0's engine (scheduler, tokenizer,
+  // sampling); the other ranks call run_worker().
   LLMEngine(const std::string& model_dir, const EngineOptions& options);
   ~LLMEngine();
+
+  // Tensor parallel ranks > 0: load this rank's shard, then run the steps
+  // rank 0's engine broadcasts until it shuts down. Throws InputError (or
+  // ParallelConfigError) on the same start-up failures as rank 0.
+  static void run_worker(const std::string& model_dir, const EngineOptions& options);
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& model_config() const { return model_->config(); }
@@ -109,11 +121,14 @@ class LLMEngine {
   const BatchMetadata& last_batch() const { return runner_->last_batch(); }
 
  private:
+  void init_after_load(const std::string& model_dir, const EngineOptions& options,
+                       int64_t* num_blocks, KVPoolShape* shape);
   void append_token(Request& r, const SampledToken& sampled);
   RequestOutput make_output(Request& r, size_t num_new_tokens);
   void finish(Request& r, FinishReason reason);
 
   EngineOptions options_;
+  parallel::Communicator& comm_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<CausalLM> model_;
   int64_t max_model_len_ = 0;

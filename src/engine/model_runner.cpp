@@ -1,12 +1,77 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
 
 namespace pagoda {
 
+namespace {
+
+// Step messages from rank 0 to the workers: a header {kind, payload bytes}
+// then the payload, the batch's vectors each as {int64 length, elements}.
+enum MessageKind : int64_t { kStep = 1, kShutdown = 2 };
+
+template <typename T>
+void put(std::vector<uint8_t>& buf, const std::vector<T>& v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  const size_t at = buf.size();
+  buf.resize(at + sizeof(n) + v.size() * sizeof(T));
+  std::memcpy(buf.data() + at, &n, sizeof(n));
+  if (n > 0) std::memcpy(buf.data() + at + sizeof(n), v.data(), v.size() * sizeof(T));
+}
+
+template <typename T>
+void get(const std::vector<uint8_t>& buf, size_t& at, std::vector<T>& v) {
+  int64_t n = 0;
+  PAGODA_CHECK(at + sizeof(n) <= buf.size(), "truncated step message");
+  std::memcpy(&n, buf.data() + at, sizeof(n));
+  at += sizeof(n);
+  PAGODA_CHECK(n >= 0 && at + n * sizeof(T) <= buf.size(), "truncated step message");
+  v.resize(static_cast<size_t>(n));
+  if (n > 0) std::memcpy(v.data(), buf.data() + at, static_cast<size_t>(n) * sizeof(T));
+  at += static_cast<size_t>(n) * sizeof(T);
+}
+
+void serialize(const BatchMetadata& b, std::vector<uint8_t>& buf) {
+  buf.clear();
+  put(buf, b.token_ids);
+  put(buf, b.positions);
+  put(buf, b.query_start_loc);
+  put(buf, b.seq_lens);
+  put(buf, b.logits_indices);
+  for (const KVGroupMetadata& g : b.kv_groups) {
+    put(buf, g.slot_mapping);
+    put(buf, g.block_tables);
+    put(buf, std::vector<int32_t>{g.max_blocks_per_seq});
+  }
+}
+
+void deserialize(const std::vector<uint8_t>& buf, BatchMetadata& b) {
+  size_t at = 0;
+  get(buf, at, b.token_ids);
+  get(buf, at, b.positions);
+  get(buf, at, b.query_start_loc);
+  get(buf, at, b.seq_lens);
+  get(buf, at, b.logits_indices);
+  std::vector<int32_t> max_blocks;
+  for (KVGroupMetadata& g : b.kv_groups) {
+    get(buf, at, g.slot_mapping);
+    get(buf, at, g.block_tables);
+    get(buf, at, max_blocks);
+    PAGODA_CHECK(max_blocks.size() == 1, "bad step message");
+    g.max_blocks_per_seq = max_blocks[0];
+  }
+  PAGODA_CHECK(at == buf.size(), "step message has {} extra bytes", buf.size() - at);
+}
+
+}  // namespace
+
 ModelRunner::ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& groups,
-                         int64_t num_blocks, int32_t block_size)
+                         int64_t num_blocks, int32_t block_size, parallel::Communicator& comm)
     : model_(model),
+      comm_(comm),
       block_size_(block_size),
       vocab_size_(model.config().vocab_size),
       num_groups_(groups.size()) {
@@ -76,7 +141,43 @@ void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* samp
     }
   }
   logits_.resize(b.logits_indices.size() * vocab_size_);
+  in_step_ = true;
+  if (comm_.size() > 1) broadcast_step(kStep);
   model_.forward(b, view_, logits_.data());
+  in_step_ = false;
+}
+
+void ModelRunner::broadcast_step(int64_t kind) {
+  if (kind == kStep) {
+    serialize(batch_, message_);
+  } else {
+    message_.clear();
+  }
+  int64_t header[2] = {kind, static_cast<int64_t>(message_.size())};
+  comm_.broadcast(header, sizeof(header), 0);
+  if (!message_.empty()) comm_.broadcast(message_.data(), header[1], 0);
+}
+
+int64_t ModelRunner::serve_worker() {
+  PAGODA_CHECK(comm_.rank() != 0, "serve_worker on rank 0");
+  int64_t steps = 0;
+  for (;;) {
+    int64_t header[2] = {0, 0};
+    comm_.broadcast(header, sizeof(header), 0);
+    if (header[0] == kShutdown) return steps;
+    PAGODA_CHECK(header[0] == kStep && header[1] >= 0, "bad step header {}", header[0]);
+    message_.resize(static_cast<size_t>(header[1]));
+    if (header[1] > 0) comm_.broadcast(message_.data(), header[1], 0);
+    deserialize(message_, batch_);
+    model_.forward(batch_, view_, nullptr);
+    ++steps;
+  }
+}
+
+void ModelRunner::shutdown_workers() {
+  if (comm_.size() == 1 || comm_.rank() != 0 || workers_stopped_ || in_step_) return;
+  workers_stopped_ = true;
+  broadcast_step(kShutdown);
 }
 
 }  // namespace pagoda

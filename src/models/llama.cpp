@@ -1,6 +1,7 @@
 #include "models/llama.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "models/rope.h"
 #include "models/weights.h"
 #include "ops/ops.h"
+#include "parallel/communicator.h"
 
 namespace pagoda {
 
@@ -28,17 +30,68 @@ struct LayerWeights {
   int64_t sliding_window = 0;
 };
 
+// This rank's part of the model under tensor parallelism (nano-vLLM /
+// vLLM scheme). q/k/v and gate/up are column-parallel (a rank owns whole
+// heads and a slice of the intermediate features: row slices of the HF
+// [out, in] weights), o_proj and down_proj are row-parallel (column slices)
+// followed by one all-reduce each; embeddings and the LM head are split
+// along the vocabulary. With tp > num_kv_heads each KV head is replicated
+// on tp / num_kv_heads ranks. tp = 1 is the whole model.
+struct Shard {
+  int rank = 0, size = 1;
+  int64_t q_heads = 0, q_head_begin = 0;
+  int64_t kv_heads = 0, kv_head_begin = 0;
+  int64_t intermediate = 0, intermediate_begin = 0;
+  int64_t vocab_per_rank = 0, vocab_begin = 0, vocab_count = 0;  // last rank may hold fewer
+
+  Shard(const ModelConfig& c, int rank_, int size_) : rank(rank_), size(size_) {
+    const int64_t tp = size;
+    auto refuse = [&](const std::string& why) {
+      throw parallel::ParallelConfigError(
+          fmt::format("tensor parallel size {} does not fit this model: {}", tp, why));
+    };
+    if (c.num_attention_heads % tp != 0) {
+      refuse(
+          fmt::format("num_attention_heads {} is not divisible by {}", c.num_attention_heads, tp));
+    }
+    if (c.num_key_value_heads % tp != 0 && tp % c.num_key_value_heads != 0) {
+      refuse(fmt::format(
+          "num_key_value_heads {} and {} do not divide one another (KV heads are split, or "
+          "replicated when the tensor parallel size is a multiple of them)",
+          c.num_key_value_heads, tp));
+    }
+    if (c.intermediate_size % tp != 0) {
+      refuse(fmt::format("intermediate_size {} is not divisible by {}", c.intermediate_size, tp));
+    }
+    q_heads = c.num_attention_heads / tp;
+    q_head_begin = rank * q_heads;
+    if (c.num_key_value_heads >= tp) {
+      kv_heads = c.num_key_value_heads / tp;
+      kv_head_begin = rank * kv_heads;
+    } else {  // replicated: ranks [k * tp/kv, (k+1) * tp/kv) share KV head k
+      kv_heads = 1;
+      kv_head_begin = rank / (tp / c.num_key_value_heads);
+    }
+    intermediate = c.intermediate_size / tp;
+    intermediate_begin = rank * intermediate;
+    vocab_per_rank = (c.vocab_size + tp - 1) / tp;
+    vocab_begin = std::min<int64_t>(c.vocab_size, rank * vocab_per_rank);
+    vocab_count = std::min<int64_t>(c.vocab_size, vocab_begin + vocab_per_rank) - vocab_begin;
+  }
+};
+
 // Scratch activations, sized for the largest batch seen so far; reused by
 // every step so the forward pass does not allocate per token.
 struct Workspace {
   std::vector<float> residual, hidden, q, k, v, attn, proj, gate_up, act, selected;
+  std::vector<float> local_logits, gathered_logits;  // tensor parallel only
   int64_t capacity = 0;
 
-  void reserve(int64_t tokens, const ModelConfig& c) {
+  void reserve(int64_t tokens, const ModelConfig& c, const Shard& s) {
     if (tokens <= capacity) return;
     capacity = tokens;
-    const int64_t q_width = c.num_attention_heads * c.head_dim;
-    const int64_t kv_width = c.num_key_value_heads * c.head_dim;
+    const int64_t q_width = s.q_heads * c.head_dim;
+    const int64_t kv_width = s.kv_heads * c.head_dim;
     residual.resize(tokens * c.hidden_size);
     hidden.resize(tokens * c.hidden_size);
     q.resize(tokens * q_width);
@@ -46,17 +99,25 @@ struct Workspace {
     v.resize(tokens * kv_width);
     attn.resize(tokens * q_width);
     proj.resize(tokens * c.hidden_size);
-    gate_up.resize(tokens * 2 * c.intermediate_size);
-    act.resize(tokens * c.intermediate_size);
+    gate_up.resize(tokens * 2 * s.intermediate);
+    act.resize(tokens * s.intermediate);
     selected.resize(tokens * c.hidden_size);
+    if (s.size > 1) {
+      local_logits.resize(tokens * s.vocab_per_rank);
+      gathered_logits.resize(s.size * tokens * s.vocab_per_rank);
+    }
   }
 };
 
 class LlamaModel final : public CausalLM {
  public:
   LlamaModel(const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint,
-             const LlamaVariant& variant)
-      : config_(config), checkpoint_(std::move(checkpoint)), weights_(*checkpoint_) {
+             const LlamaVariant& variant, parallel::Communicator& comm)
+      : config_(config),
+        comm_(comm),
+        shard_(config, comm.rank(), comm.size()),
+        checkpoint_(std::move(checkpoint)),
+        weights_(*checkpoint_) {
     load(variant);
     inv_freq_ =
         rope_inv_freq(config_.rope_scaling, config_.rope_theta, static_cast<int>(config_.head_dim));
@@ -67,13 +128,14 @@ class LlamaModel final : public CausalLM {
   KVCacheSpec kv_cache_spec() const override {
     KVCacheSpec spec;
     spec.num_layers = config_.num_hidden_layers;
-    spec.num_kv_heads = config_.num_key_value_heads;
+    spec.num_kv_heads = shard_.kv_heads;
     spec.head_dim = config_.head_dim;
     for (const auto& layer : layers_) spec.layer_sliding_window.push_back(layer.sliding_window);
     return spec;
   }
 
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
+  size_t owned_weight_bytes() const override { return weights_.owned_bytes(); }
 
   int64_t weight_bytes_per_step() const override {
     auto bytes = [](const ops::Matrix& m) {
@@ -88,11 +150,15 @@ class LlamaModel final : public CausalLM {
   }
 
  private:
+  void embed(const BatchMetadata& batch, int64_t tokens);
+  void lm_head(int64_t rows, float* logits);
   void load(const LlamaVariant& variant);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
                  float* k_cache, float* v_cache, const ops::KVLayout& layout, int64_t tokens);
 
   ModelConfig config_;
+  parallel::Communicator& comm_;
+  Shard shard_;
   std::unique_ptr<Checkpoint> checkpoint_;
   WeightStore weights_;
   ops::Matrix embed_tokens_, lm_head_;
@@ -104,13 +170,20 @@ class LlamaModel final : public CausalLM {
 
 void LlamaModel::load(const LlamaVariant& variant) {
   const ModelConfig& c = config_;
+  const Shard& s = shard_;
   const int64_t h = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
   const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
-  embed_tokens_ = weights_.matrix("model.embed_tokens.weight", c.vocab_size, h);
+  // This rank's rows of q/k/v (whole heads) and of gate/up, and the matching
+  // columns of o_proj/down_proj; with tp = 1 these are the whole tensors.
+  const int64_t q0 = s.q_head_begin * hd, qn = s.q_heads * hd;
+  const int64_t kv0 = s.kv_head_begin * hd, kvn = s.kv_heads * hd;
+  const int64_t i0 = s.intermediate_begin, in = s.intermediate;
+  embed_tokens_ = weights_.row_slice("model.embed_tokens.weight", c.vocab_size, h, s.vocab_begin,
+                                     s.vocab_count);
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
-    lm_head_ = weights_.matrix("lm_head.weight", c.vocab_size, h);
+    lm_head_ = weights_.row_slice("lm_head.weight", c.vocab_size, h, s.vocab_begin, s.vocab_count);
   }
   final_norm_ = weights_.vector("model.norm.weight", h);
   layers_.resize(c.num_hidden_layers);
@@ -118,23 +191,23 @@ void LlamaModel::load(const LlamaVariant& variant) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights& w = layers_[i];
     w.input_norm = weights_.vector(p + "input_layernorm.weight", h);
-    w.q = weights_.matrix(p + "self_attn.q_proj.weight", q_rows, h);
-    w.k = weights_.matrix(p + "self_attn.k_proj.weight", kv_rows, h);
-    w.v = weights_.matrix(p + "self_attn.v_proj.weight", kv_rows, h);
-    w.o = weights_.matrix(p + "self_attn.o_proj.weight", h, q_rows);
+    w.q = weights_.row_slice(p + "self_attn.q_proj.weight", q_rows, h, q0, qn);
+    w.k = weights_.row_slice(p + "self_attn.k_proj.weight", kv_rows, h, kv0, kvn);
+    w.v = weights_.row_slice(p + "self_attn.v_proj.weight", kv_rows, h, kv0, kvn);
+    w.o = weights_.col_slice(p + "self_attn.o_proj.weight", h, q_rows, q0, qn);
     if (c.attention_bias) {
-      w.q_bias = weights_.vector(p + "self_attn.q_proj.bias", q_rows);
-      w.k_bias = weights_.vector(p + "self_attn.k_proj.bias", kv_rows);
-      w.v_bias = weights_.vector(p + "self_attn.v_proj.bias", kv_rows);
+      w.q_bias = weights_.vector_slice(p + "self_attn.q_proj.bias", q_rows, q0, qn);
+      w.k_bias = weights_.vector_slice(p + "self_attn.k_proj.bias", kv_rows, kv0, kvn);
+      w.v_bias = weights_.vector_slice(p + "self_attn.v_proj.bias", kv_rows, kv0, kvn);
     }
     if (variant.qk_norm) {
       w.q_norm = weights_.vector(p + "self_attn.q_norm.weight", hd);
       w.k_norm = weights_.vector(p + "self_attn.k_norm.weight", hd);
     }
     w.post_attention_norm = weights_.vector(p + "post_attention_layernorm.weight", h);
-    w.gate = weights_.matrix(p + "mlp.gate_proj.weight", inter, h);
-    w.up = weights_.matrix(p + "mlp.up_proj.weight", inter, h);
-    w.down = weights_.matrix(p + "mlp.down_proj.weight", h, inter);
+    w.gate = weights_.row_slice(p + "mlp.gate_proj.weight", inter, h, i0, in);
+    w.up = weights_.row_slice(p + "mlp.up_proj.weight", inter, h, i0, in);
+    w.down = weights_.col_slice(p + "mlp.down_proj.weight", h, inter, i0, in);
     if (!c.layer_sliding_window.empty()) w.sliding_window = c.layer_sliding_window[i];
   }
 }
@@ -144,8 +217,8 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
                            const ops::KVLayout& layout, int64_t tokens) {
   const ModelConfig& c = config_;
   const int hd = static_cast<int>(c.head_dim);
-  const int q_heads = static_cast<int>(c.num_attention_heads);
-  const int kv_heads = static_cast<int>(c.num_key_value_heads);
+  const int q_heads = static_cast<int>(shard_.q_heads);
+  const int kv_heads = static_cast<int>(shard_.kv_heads);
   ops::linear(ws_.hidden.data(), tokens, w.q, w.q_bias, ws_.q.data());
   ops::linear(ws_.hidden.data(), tokens, w.k, w.k_bias, ws_.k.data());
   ops::linear(ws_.hidden.data(), tokens, w.v, w.v_bias, ws_.v.data());
@@ -169,6 +242,57 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ops::paged_attention(ws_.q.data(), k_cache, v_cache, layout, ab, q_heads, scale, ws_.attn.data());
   ops::linear(ws_.attn.data(), tokens, w.o, nullptr, ws_.proj.data());
+  comm_.all_reduce_sum(ws_.proj.data(), tokens * c.hidden_size);  // row-parallel o_proj
+}
+
+// Vocab-parallel embedding: a rank fills the rows of its tokens, zeros the
+// others, and the all-reduce assembles every row.
+void LlamaModel::embed(const BatchMetadata& batch, int64_t tokens) {
+  const int64_t h = config_.hidden_size;
+  if (shard_.size == 1) {
+    ops::embedding(batch.token_ids.data(), tokens, embed_tokens_, ws_.residual.data());
+    return;
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t local = static_cast<int32_t>(batch.token_ids[t] - shard_.vocab_begin);
+    float* row = ws_.residual.data() + t * h;
+    if (local >= 0 && local < shard_.vocab_count) {
+      ops::embedding(&local, 1, embed_tokens_, row);
+    } else {
+      std::memset(row, 0, static_cast<size_t>(h) * sizeof(float));
+    }
+  }
+  comm_.all_reduce_sum(ws_.residual.data(), tokens * h);
+}
+
+// Vocab-parallel LM head: each rank computes its slice of the vocabulary,
+// rank 0 gathers the slices and lays them out as full rows.
+void LlamaModel::lm_head(int64_t rows, float* logits) {
+  if (shard_.size == 1) {
+    ops::linear(ws_.selected.data(), rows, lm_head_, nullptr, logits);
+    return;
+  }
+  const int64_t vpr = shard_.vocab_per_rank, vocab = config_.vocab_size;
+  if (rows == 0) return;
+  float* local = ws_.local_logits.data();
+  ops::linear(ws_.selected.data(), rows, lm_head_, nullptr, local);
+  // The last rank's slice may be short: spread its rows to the common
+  // stride vpr (backwards, so no row is overwritten before it moves).
+  if (shard_.vocab_count < vpr) {
+    for (int64_t r = rows - 1; r > 0; --r) {
+      std::memmove(local + r * vpr, local + r * shard_.vocab_count,
+                   static_cast<size_t>(shard_.vocab_count) * sizeof(float));
+    }
+  }
+  comm_.gather(local, rows * vpr, ws_.gathered_logits.data(), 0);
+  if (shard_.rank != 0) return;
+  for (int64_t p = 0; p < shard_.size; ++p) {
+    const int64_t begin = std::min(vocab, p * vpr), count = std::min(vocab, begin + vpr) - begin;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(logits + r * vocab + begin, ws_.gathered_logits.data() + (p * rows + r) * vpr,
+                  static_cast<size_t>(count) * sizeof(float));
+    }
+  }
 }
 
 void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) {
@@ -178,9 +302,9 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
   const auto eps = static_cast<float>(c.rms_norm_eps);
   PAGODA_CHECK(static_cast<int64_t>(kv.k.size()) == c.num_hidden_layers, "kv layers {}",
                kv.k.size());
-  ws_.reserve(tokens, c);
+  ws_.reserve(tokens, c, shard_);
 
-  ops::embedding(batch.token_ids.data(), tokens, embed_tokens_, ws_.residual.data());
+  embed(batch, tokens);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerWeights& w = layers_[i];
     if (i == 0) {
@@ -192,11 +316,12 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
     attention(w, batch, batch.kv_groups[kv.layer_group[i]], kv.k[i], kv.v[i], kv.layout, tokens);
     ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
                       ws_.hidden.data());
-    const int64_t inter = c.intermediate_size;
+    const int64_t inter = shard_.intermediate;
     ops::linear(ws_.hidden.data(), tokens, w.gate, nullptr, ws_.gate_up.data(), 2 * inter);
     ops::linear(ws_.hidden.data(), tokens, w.up, nullptr, ws_.gate_up.data() + inter, 2 * inter);
-    ops::silu_mul(ws_.gate_up.data(), tokens, c.intermediate_size, ws_.act.data());
+    ops::silu_mul(ws_.gate_up.data(), tokens, inter, ws_.act.data());
     ops::linear(ws_.act.data(), tokens, w.down, nullptr, ws_.proj.data());
+    comm_.all_reduce_sum(ws_.proj.data(), tokens * h);  // row-parallel down_proj
   }
   // Only the rows whose logits are wanted go through the final norm and the
   // (large) LM head.
@@ -209,19 +334,20 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
     }
   }
   ops::rms_norm(ws_.selected.data(), final_norm_, rows, h, eps, ws_.selected.data());
-  ops::linear(ws_.selected.data(), rows, lm_head_, nullptr, logits);
+  lm_head(rows, logits);
 }
 
 }  // namespace
 
 std::unique_ptr<CausalLM> make_llama_family(const ModelConfig& config,
                                             std::unique_ptr<Checkpoint> checkpoint,
-                                            const LlamaVariant& variant) {
+                                            const LlamaVariant& variant,
+                                            parallel::Communicator& comm) {
   if (config.hidden_act != "silu") {
     throw_input_error("{}/config.json: hidden_act '{}' is not supported (only 'silu')",
                       checkpoint->dir(), config.hidden_act);
   }
-  return std::make_unique<LlamaModel>(config, std::move(checkpoint), variant);
+  return std::make_unique<LlamaModel>(config, std::move(checkpoint), variant, comm);
 }
 
 }  // namespace pagoda

@@ -7,6 +7,7 @@
 
 #include "models/checkpoint.h"
 #include "models/model.h"
+#include "parallel/communicator.h"
 
 namespace pagoda {
 
@@ -16,6 +17,7 @@ struct LlamaVariant {
 
 std::unique_ptr<CausalLM> make_llama_family(const ModelConfig& config,
                                             std::unique_ptr<Checkpoint> checkpoint,
-                                            const LlamaVariant& variant);
+                                            const LlamaVariant& variant,
+                                            parallel::Communicator& comm);
 
 }  // namespace pagoda

@@ -11,6 +11,7 @@
 
 #include "models/config.h"
 #include "ops/ops.h"
+#include "parallel/communicator.h"
 
 namespace pagoda {
 
@@ -61,17 +62,29 @@ class CausalLM {
   virtual const ModelConfig& config() const = 0;
   virtual KVCacheSpec kv_cache_spec() const = 0;
   // Runs one step: writes the new tokens' K/V into `kv`, and fills `logits`
-  // [batch.logits_indices.size(), vocab_size] (row-major).
+  // [batch.logits_indices.size(), vocab_size] (row-major). Under tensor
+  // parallelism every rank calls it with the same batch (its own KV shard);
+  // only rank 0 gets logits (null on the other ranks).
   virtual void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) = 0;
   // Bytes of weight matrices one decode step streams from memory (every
   // linear layer and the LM head once; embedding rows are negligible), as
   // held in memory (after any load-time conversion). For benchmarks.
   virtual int64_t weight_bytes_per_step() const { return 0; }
+  // Bytes of weights copied or converted at load (the rest are used in
+  // place from the checkpoint mapping).
+  virtual size_t owned_weight_bytes() const { return 0; }
 };
 
 // Builds the model for DIR from config.json's architectures[0] (registry.cpp).
 // Throws InputError for an unknown architecture or a checkpoint that does not
-// match the config (tensor name, shape, dtype).
+// match the config (tensor name, shape, dtype). With a communicator of size
+// tp > 1 the model holds this rank's shard (ParallelConfigError if the
+// model's head counts do not split tp ways).
 std::unique_ptr<CausalLM> load_model(const std::string& dir);
+std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm);
+
+// Resident bytes of this process's mappings of *.safetensors files (from
+// /proc/self/smaps): the checkpoint pages this rank actually touched.
+int64_t resident_checkpoint_bytes();
 
 }  // namespace pagoda

@@ -1,6 +1,8 @@
 // Maps config.json's architectures[0] to the code that builds the model.
+#include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "core/error.h"
@@ -11,20 +13,26 @@ namespace pagoda {
 
 namespace {
 
-using Factory =
-    std::function<std::unique_ptr<CausalLM>(const ModelConfig&, std::unique_ptr<Checkpoint>)>;
+using Factory = std::function<std::unique_ptr<CausalLM>(
+    const ModelConfig&, std::unique_ptr<Checkpoint>, parallel::Communicator&)>;
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> kRegistry = {
       {"LlamaForCausalLM",
-       [](const ModelConfig& c, auto ckpt) { return make_llama_family(c, std::move(ckpt), {}); }},
+       [](const ModelConfig& c, auto ckpt, auto& comm) {
+         return make_llama_family(c, std::move(ckpt), {}, comm);
+       }},
       {"MistralForCausalLM",
-       [](const ModelConfig& c, auto ckpt) { return make_llama_family(c, std::move(ckpt), {}); }},
+       [](const ModelConfig& c, auto ckpt, auto& comm) {
+         return make_llama_family(c, std::move(ckpt), {}, comm);
+       }},
       {"Qwen2ForCausalLM",
-       [](const ModelConfig& c, auto ckpt) { return make_llama_family(c, std::move(ckpt), {}); }},
+       [](const ModelConfig& c, auto ckpt, auto& comm) {
+         return make_llama_family(c, std::move(ckpt), {}, comm);
+       }},
       {"Qwen3ForCausalLM",
-       [](const ModelConfig& c, auto ckpt) {
-         return make_llama_family(c, std::move(ckpt), {.qk_norm = true});
+       [](const ModelConfig& c, auto ckpt, auto& comm) {
+         return make_llama_family(c, std::move(ckpt), {.qk_norm = true}, comm);
        }},
   };
   return kRegistry;
@@ -33,6 +41,10 @@ const std::map<std::string, Factory>& registry() {
 }  // namespace
 
 std::unique_ptr<CausalLM> load_model(const std::string& dir) {
+  return load_model(dir, parallel::single_process());
+}
+
+std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm) {
   const ModelConfig config = load_model_config(dir);
   const auto it = registry().find(config.architecture);
   if (it == registry().end()) {
@@ -41,7 +53,29 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir) {
     throw_input_error("{}/config.json: unknown architecture '{}' (supported: {})", dir,
                       config.architecture, known);
   }
-  return it->second(config, Checkpoint::open(dir));
+  return it->second(config, Checkpoint::open(dir), comm);
+}
+
+int64_t resident_checkpoint_bytes() {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_checkpoint = false;
+  int64_t total = 0;
+  while (std::getline(smaps, line)) {
+    const std::string first = line.substr(0, line.find(' '));
+    if (first.empty()) continue;
+    if (first.back() != ':') {  // a mapping header: "lo-hi perms offset dev inode path"
+      const std::string suffix = ".safetensors";
+      in_checkpoint = line.size() >= suffix.size() &&
+                      line.compare(line.size() - suffix.size(), suffix.size(), suffix) == 0;
+    } else if (in_checkpoint && first == "Rss:") {
+      std::istringstream in(line.substr(4));
+      int64_t kib = 0;
+      in >> kib;
+      total += kib * 1024;
+    }
+  }
+  return total;
 }
 
 }  // namespace pagoda

@@ -1,5 +1,8 @@
 #include "models/weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "core/error.h"
@@ -13,11 +16,10 @@ bool aligned_for(const void* p, DType dtype) {
 }
 
 // Converts n values of a float dtype to f32.
-void to_f32(const TensorInfo& t, float* out) {
-  const int64_t n = t.numel();
-  const auto* bytes = static_cast<const uint8_t*>(t.data);
+void to_f32(const void* data, DType dtype, int64_t n, float* out) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
   for (int64_t i = 0; i < n; ++i) {
-    switch (t.dtype) {
+    switch (dtype) {
       case DType::F32:
         std::memcpy(&out[i], bytes + 4 * i, 4);
         break;
@@ -39,6 +41,22 @@ void to_f32(const TensorInfo& t, float* out) {
   }
 }
 
+void to_f32(const TensorInfo& t, float* out) { to_f32(t.data, t.dtype, t.numel(), out); }
+
+// Drops this process's pages of a tensor that was copied (the page cache
+// keeps them; a later read of a neighbouring tensor faults them back in).
+void release_pages(const TensorInfo& t) {
+  static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(t.data);
+  const uintptr_t first = begin / page * page, last = (begin + t.nbytes + page - 1) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+void check_range(const TensorInfo& t, int64_t n, int64_t begin, int64_t count) {
+  PAGODA_CHECK(begin >= 0 && count >= 0 && begin + count <= n, "slice [{}, {}) of {} ({})", begin,
+               begin + count, t.name, n);
+}
+
 }  // namespace
 
 void* WeightStore::own(size_t bytes) {
@@ -53,7 +71,71 @@ ops::Matrix WeightStore::matrix(const std::string& name, int64_t rows, int64_t c
   }
   auto* f = static_cast<float*>(own(static_cast<size_t>(rows * cols) * sizeof(float)));
   to_f32(t, f);
+  release_pages(t);
   return {f, DType::F32, rows, cols};
+}
+
+ops::Matrix WeightStore::row_slice(const std::string& name, int64_t rows, int64_t cols,
+                                   int64_t begin, int64_t count) {
+  const TensorInfo& t = checkpoint_.get(name, {rows, cols});
+  check_range(t, rows, begin, count);
+  const size_t esize = dtype_size(t.dtype);
+  const auto* first = static_cast<const uint8_t*>(t.data) + begin * cols * esize;
+  if (begin == 0 && count == rows) return matrix(name, rows, cols);
+  // A proper shard is copied and the tensor's pages dropped: read in place,
+  // the kernel would map whole page-cache folios (often several hundred KiB)
+  // around the shard's edges, and the other ranks' rows with them.
+  const DType dtype = t.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  const auto n = static_cast<size_t>(count * cols);
+  void* out = own(n * dtype_size(dtype));
+  if (dtype == t.dtype) {
+    std::memcpy(out, first, n * esize);
+  } else {
+    to_f32(first, t.dtype, count * cols, static_cast<float*>(out));
+  }
+  release_pages(t);
+  return {out, dtype, count, cols};
+}
+
+ops::Matrix WeightStore::col_slice(const std::string& name, int64_t rows, int64_t cols,
+                                   int64_t begin, int64_t count) {
+  const TensorInfo& t = checkpoint_.get(name, {rows, cols});
+  check_range(t, cols, begin, count);
+  if (begin == 0 && count == cols) return matrix(name, rows, cols);
+  const DType dtype = t.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  const size_t in_size = dtype_size(t.dtype), out_size = dtype_size(dtype);
+  auto* out = static_cast<uint8_t*>(own(static_cast<size_t>(rows * count) * out_size));
+  const auto* in = static_cast<const uint8_t*>(t.data);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = in + (r * cols + begin) * in_size;
+    uint8_t* dst = out + r * count * out_size;
+    if (t.dtype == dtype) {
+      std::memcpy(dst, src, static_cast<size_t>(count) * in_size);
+    } else {
+      to_f32(src, t.dtype, count, reinterpret_cast<float*>(dst));
+    }
+  }
+  release_pages(t);
+  return {out, dtype, rows, count};
+}
+
+const float* WeightStore::vector_slice(const std::string& name, int64_t n, int64_t begin,
+                                       int64_t count) {
+  const TensorInfo& t = checkpoint_.get(name, {n});
+  check_range(t, n, begin, count);
+  const auto* first = static_cast<const uint8_t*>(t.data) + begin * dtype_size(t.dtype);
+  if (t.dtype == DType::F32 && aligned_for(first, DType::F32)) {
+    return reinterpret_cast<const float*>(first);
+  }
+  auto* f = static_cast<float*>(own(static_cast<size_t>(count) * sizeof(float)));
+  to_f32(first, t.dtype, count, f);
+  return f;
+}
+
+size_t WeightStore::owned_bytes() const {
+  size_t total = 0;
+  for (const auto& b : owned_) total += b.size();
+  return total;
 }
 
 const float* WeightStore::vector(const std::string& name, int64_t n) {

@@ -20,8 +20,25 @@ class WeightStore {
 
   // A [rows, cols] matrix; checks the tensor's shape.
   ops::Matrix matrix(const std::string& name, int64_t rows, int64_t cols);
+  // Rows [begin, begin + count) of a [rows, cols] matrix (a tensor-parallel
+  // shard of a column-parallel layer): copied once (bf16 stays bf16) and the
+  // tensor's pages dropped from this process; the whole matrix (tp = 1) is
+  // used in place like matrix().
+  ops::Matrix row_slice(const std::string& name, int64_t rows, int64_t cols, int64_t begin,
+                        int64_t count);
+  // Columns [begin, begin + count) of a [rows, cols] matrix (a shard of a
+  // row-parallel layer): copied once into a buffer of rows x count; the
+  // source pages are then dropped from this process (madvise), so a rank
+  // keeps only its shard resident.
+  ops::Matrix col_slice(const std::string& name, int64_t rows, int64_t cols, int64_t begin,
+                        int64_t count);
   // A 1-D tensor of n values as f32.
   const float* vector(const std::string& name, int64_t n);
+  // Elements [begin, begin + count) of a 1-D tensor of n values, as f32.
+  const float* vector_slice(const std::string& name, int64_t n, int64_t begin, int64_t count);
+  // Bytes of converted/copied weights this store owns (not counting the
+  // mapping).
+  size_t owned_bytes() const;
 
   const Checkpoint& checkpoint() const { return checkpoint_; }
 
