@@ -1,5 +1,4 @@
 #include <cstdio>
-#include <map>
 
 #include "cli/commands.h"
 #include "core/parallel.h"
@@ -27,14 +26,16 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
       ->capture_default_str();
   cmd.add_flag("--no-prefix-caching{false}", o.enable_prefix_caching,
                "Disable automatic prefix caching (on by default)");
-  cmd.add_option("--scheduling-policy", o.scheduling_policy,
-                 "fcfs: first come, first served; priority: requests with a lower \"priority\" "
-                 "value are admitted first and preempted last")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, SchedulingPolicy>{{"fcfs", SchedulingPolicy::Fcfs},
-                                                  {"priority", SchedulingPolicy::Priority}},
-          CLI::ignore_case))
-      ->default_str("fcfs");
+  cmd.add_option_function<std::string>(
+         "--scheduling-policy",
+         [&o](const std::string& v) {
+           o.scheduling_policy =
+               v == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
+         },
+         "fcfs: first come, first served; priority: requests with a lower \"priority\" value are "
+         "admitted first and preempted last")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->option_text("fcfs|priority (default: fcfs)");
   cmd.add_option("--tensor-parallel-size,--tp", o.tensor_parallel_size,
                  "Split the model over N ranks (tensor parallelism); run under mpirun -np N")
       ->check(CLI::Range(1, 4096))
