@@ -4,7 +4,8 @@
 The reference runs once over prompt + Pagoda's greedy output (teacher
 forcing); row i of Pagoda's logits must match the reference at position
 len(prompt) - 1 + i within rtol * max|ref|, and Pagoda's token must be the
-reference's argmax (up to near-ties).
+reference's argmax (up to near-ties: a logit within argmax_rtol * max|ref|
+of the best; quantized runs pass a looser one).
 """
 import argparse
 import json
@@ -20,6 +21,7 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--pagoda-json", required=True)
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--argmax-rtol", type=float, default=1e-6)
     a = ap.parse_args()
     got = json.load(open(a.pagoda_json))
     prompt, out, rows = got["prompt_ids"], got["output_ids"], np.array(got["logits"], dtype=np.float64)
@@ -33,7 +35,7 @@ def main():
         if err > worst:
             worst, worst_row = err, i
         best = int(np.argmax(ref[i]))
-        if out[i] != best and ref[i][best] - ref[i][out[i]] > 1e-6 * np.max(np.abs(ref[i])):
+        if out[i] != best and ref[i][best] - ref[i][out[i]] > a.argmax_rtol * np.max(np.abs(ref[i])):
             print(f"FAIL {a.model}: step {i} token {out[i]} but reference argmax {best}")
             return 1
     status = "ok" if worst <= a.rtol else "FAIL"

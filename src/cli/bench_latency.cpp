@@ -120,6 +120,8 @@ int run_latency(LatencyArgs& a) {
                       {"output_len", a.output_len},
                       {"repeats", a.repeats},
                       {"threads", num_threads()},
+                      {"quantization", quantization_name(a.engine.quantization)},
+                      {"weights", weights_summary(engine)},
                       {"prefill_tokens_per_s", med_prefill},
                       {"decode_tokens_per_s", med_decode},
                       {"decode_ms_per_step", med_step_ms},
@@ -152,6 +154,8 @@ int run_latency(LatencyArgs& a) {
   std::printf("batch %d x (%d in, %d out), %d thread(s), median of %d\n", a.batch, a.input_len,
               a.output_len, num_threads(), a.repeats);
   std::printf("prefill: %.1f tokens/s (%.2f GFLOP/token)\n", med_prefill, flops_per_token * 1e-9);
+  std::printf("weights: %s, %.1f MB read per decode step\n", weights_summary(engine).c_str(),
+              weight_bytes * 1e-6);
   std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
               step_bytes * 1e-6);
   if (!a.no_roofline) {

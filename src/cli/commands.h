@@ -22,6 +22,8 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& options);
 // other ranks run the model worker for `model` until rank 0 is done.
 int run_on_rank0(const std::string& model, const EngineOptions& options,
                  const std::function<int()>& run);
+// "as stored", or the quantization and its kernels ("int8 (avx512-vnni kernels)").
+std::string weights_summary(const LLMEngine& engine);
 // One stderr line: KV-cache blocks, token capacity and memory, threads, ISA.
 void print_engine_summary(const LLMEngine& engine);
 

@@ -1,8 +1,11 @@
+#include <fmt/format.h>
+
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
+#include "ops/quant.h"
 #include "parallel/communicator.h"
 
 namespace pagoda::cli {
@@ -40,6 +43,13 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
                  "Split the model over N ranks (tensor parallelism); run under mpirun -np N")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd.add_option_function<std::string>(
+         "--quantization",
+         [&o](const std::string& name) { o.quantization = parse_quantization(name); },
+         "Weight quantization at load: none, or int8 (every linear layer and the LM head as "
+         "int8 with per-row scales; activations quantized per token)")
+      ->check(CLI::IsMember({"none", "int8"}))
+      ->default_str("none");
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
@@ -52,15 +62,21 @@ int run_on_rank0(const std::string& model, const EngineOptions& options,
   return 0;
 }
 
+std::string weights_summary(const LLMEngine& engine) {
+  if (engine.options().quantization == Quantization::None) return "as stored";
+  return fmt::format("{} ({} kernels)", quantization_name(engine.options().quantization),
+                     ops::int8_kernel_name());
+}
+
 void print_engine_summary(const LLMEngine& engine) {
   const int32_t blocks = engine.num_kv_blocks(), block_size = engine.options().block_size;
   std::fprintf(stderr,
                "pagoda: KV cache %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu layer "
-               "group(s)), prefix caching %s, %d thread(s), %s kernels\n",
+               "group(s)), prefix caching %s, %d thread(s), %s kernels, weights %s\n",
                blocks, block_size, static_cast<long long>(blocks) * block_size,
                static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
                engine.kv_cache().groups().size(), engine.kv_cache().prefix_caching() ? "on" : "off",
-               num_threads(), ops::isa_name(ops::current_isa()));
+               num_threads(), ops::isa_name(ops::current_isa()), weights_summary(engine).c_str());
 }
 
 }  // namespace pagoda::cli

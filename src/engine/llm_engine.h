@@ -29,6 +29,8 @@ struct EngineOptions {
   // Ranks the model is split over (one MPI process each, launched by
   // mpirun -np N); must equal the number of processes.
   int tensor_parallel_size = 1;
+  // Load-time weight quantization of every linear layer (--quantization).
+  Quantization quantization = Quantization::None;
 };
 
 // Engine-wide counters (the server's /metrics reads these).

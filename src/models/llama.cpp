@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "models/quantize.h"
 #include "models/rope.h"
 #include "models/weights.h"
 #include "ops/ops.h"
@@ -112,12 +113,13 @@ struct Workspace {
 class LlamaModel final : public CausalLM {
  public:
   LlamaModel(const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint,
-             const LlamaVariant& variant, parallel::Communicator& comm)
+             const LlamaVariant& variant, parallel::Communicator& comm, Quantization quantization)
       : config_(config),
         comm_(comm),
         shard_(config, comm.rank(), comm.size()),
         checkpoint_(std::move(checkpoint)),
-        weights_(*checkpoint_) {
+        weights_(*checkpoint_),
+        quantization_(quantization) {
     load(variant);
     inv_freq_ =
         rope_inv_freq(config_.rope_scaling, config_.rope_theta, static_cast<int>(config_.head_dim));
@@ -138,9 +140,7 @@ class LlamaModel final : public CausalLM {
   size_t owned_weight_bytes() const override { return weights_.owned_bytes(); }
 
   int64_t weight_bytes_per_step() const override {
-    auto bytes = [](const ops::Matrix& m) {
-      return m.rows * m.cols * static_cast<int64_t>(dtype_size(m.dtype));
-    };
+    auto bytes = [](const ops::Matrix& m) { return matrix_bytes(m); };
     int64_t total = bytes(lm_head_);
     for (const LayerWeights& w : layers_) {
       total += bytes(w.q) + bytes(w.k) + bytes(w.v) + bytes(w.o) + bytes(w.gate) + bytes(w.up) +
@@ -161,6 +161,7 @@ class LlamaModel final : public CausalLM {
   Shard shard_;
   std::unique_ptr<Checkpoint> checkpoint_;
   WeightStore weights_;
+  Quantization quantization_;
   ops::Matrix embed_tokens_, lm_head_;
   const float* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
@@ -209,6 +210,15 @@ void LlamaModel::load(const LlamaVariant& variant) {
     w.up = weights_.row_slice(p + "mlp.up_proj.weight", inter, h, i0, in);
     w.down = weights_.col_slice(p + "mlp.down_proj.weight", h, inter, i0, in);
     if (!c.layer_sliding_window.empty()) w.sliding_window = c.layer_sliding_window[i];
+    if (quantization_ == Quantization::Int8) {  // this rank's shards, layer by layer
+      for (ops::Matrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
+        *m = weights_.quantize_int8(*m, false);
+      }
+    }
+  }
+  if (quantization_ == Quantization::Int8) {
+    // A tied LM head is quantized from the embedding, which lookups still read.
+    lm_head_ = weights_.quantize_int8(lm_head_, c.tie_word_embeddings);
   }
 }
 
@@ -342,12 +352,13 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
 std::unique_ptr<CausalLM> make_llama_family(const ModelConfig& config,
                                             std::unique_ptr<Checkpoint> checkpoint,
                                             const LlamaVariant& variant,
-                                            parallel::Communicator& comm) {
+                                            parallel::Communicator& comm,
+                                            Quantization quantization) {
   if (config.hidden_act != "silu") {
     throw_input_error("{}/config.json: hidden_act '{}' is not supported (only 'silu')",
                       checkpoint->dir(), config.hidden_act);
   }
-  return std::make_unique<LlamaModel>(config, std::move(checkpoint), variant, comm);
+  return std::make_unique<LlamaModel>(config, std::move(checkpoint), variant, comm, quantization);
 }
 
 }  // namespace pagoda

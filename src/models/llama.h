@@ -7,6 +7,7 @@
 
 #include "models/checkpoint.h"
 #include "models/model.h"
+#include "models/quantize.h"
 #include "parallel/communicator.h"
 
 namespace pagoda {
@@ -18,6 +19,7 @@ struct LlamaVariant {
 std::unique_ptr<CausalLM> make_llama_family(const ModelConfig& config,
                                             std::unique_ptr<Checkpoint> checkpoint,
                                             const LlamaVariant& variant,
-                                            parallel::Communicator& comm);
+                                            parallel::Communicator& comm,
+                                            Quantization quantization = Quantization::None);
 
 }  // namespace pagoda

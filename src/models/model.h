@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/config.h"
+#include "models/quantize.h"
 #include "ops/ops.h"
 #include "parallel/communicator.h"
 
@@ -79,9 +80,11 @@ class CausalLM {
 // Throws InputError for an unknown architecture or a checkpoint that does not
 // match the config (tensor name, shape, dtype). With a communicator of size
 // tp > 1 the model holds this rank's shard (ParallelConfigError if the
-// model's head counts do not split tp ways).
+// model's head counts do not split tp ways). Quantization::Int8 quantizes
+// every linear layer and the LM head after sharding (embeddings stay).
 std::unique_ptr<CausalLM> load_model(const std::string& dir);
-std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm);
+std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm,
+                                     Quantization quantization = Quantization::None);
 
 // Resident bytes of this process's mappings of *.safetensors files (from
 // /proc/self/smaps): the checkpoint pages this rank actually touched.

@@ -14,25 +14,25 @@ namespace pagoda {
 namespace {
 
 using Factory = std::function<std::unique_ptr<CausalLM>(
-    const ModelConfig&, std::unique_ptr<Checkpoint>, parallel::Communicator&)>;
+    const ModelConfig&, std::unique_ptr<Checkpoint>, parallel::Communicator&, Quantization)>;
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> kRegistry = {
       {"LlamaForCausalLM",
-       [](const ModelConfig& c, auto ckpt, auto& comm) {
-         return make_llama_family(c, std::move(ckpt), {}, comm);
+       [](const ModelConfig& c, auto ckpt, auto& comm, Quantization q) {
+         return make_llama_family(c, std::move(ckpt), {}, comm, q);
        }},
       {"MistralForCausalLM",
-       [](const ModelConfig& c, auto ckpt, auto& comm) {
-         return make_llama_family(c, std::move(ckpt), {}, comm);
+       [](const ModelConfig& c, auto ckpt, auto& comm, Quantization q) {
+         return make_llama_family(c, std::move(ckpt), {}, comm, q);
        }},
       {"Qwen2ForCausalLM",
-       [](const ModelConfig& c, auto ckpt, auto& comm) {
-         return make_llama_family(c, std::move(ckpt), {}, comm);
+       [](const ModelConfig& c, auto ckpt, auto& comm, Quantization q) {
+         return make_llama_family(c, std::move(ckpt), {}, comm, q);
        }},
       {"Qwen3ForCausalLM",
-       [](const ModelConfig& c, auto ckpt, auto& comm) {
-         return make_llama_family(c, std::move(ckpt), {.qk_norm = true}, comm);
+       [](const ModelConfig& c, auto ckpt, auto& comm, Quantization q) {
+         return make_llama_family(c, std::move(ckpt), {.qk_norm = true}, comm, q);
        }},
   };
   return kRegistry;
@@ -44,7 +44,8 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir) {
   return load_model(dir, parallel::single_process());
 }
 
-std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm) {
+std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm,
+                                     Quantization quantization) {
   const ModelConfig config = load_model_config(dir);
   const auto it = registry().find(config.architecture);
   if (it == registry().end()) {
@@ -53,7 +54,7 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
     throw_input_error("{}/config.json: unknown architecture '{}' (supported: {})", dir,
                       config.architecture, known);
   }
-  return it->second(config, Checkpoint::open(dir), comm);
+  return it->second(config, Checkpoint::open(dir), comm, quantization);
 }
 
 int64_t resident_checkpoint_bytes() {

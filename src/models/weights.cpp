@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "models/quantize.h"
 
 namespace pagoda {
 
@@ -45,12 +46,13 @@ void to_f32(const TensorInfo& t, float* out) { to_f32(t.data, t.dtype, t.numel()
 
 // Drops this process's pages of a tensor that was copied (the page cache
 // keeps them; a later read of a neighbouring tensor faults them back in).
-void release_pages(const TensorInfo& t) {
+void release_pages(const void* data, size_t nbytes) {
   static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(t.data);
-  const uintptr_t first = begin / page * page, last = (begin + t.nbytes + page - 1) / page * page;
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first = begin / page * page, last = (begin + nbytes + page - 1) / page * page;
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
+void release_pages(const TensorInfo& t) { release_pages(t.data, t.nbytes); }
 
 void check_range(const TensorInfo& t, int64_t n, int64_t begin, int64_t count) {
   PAGODA_CHECK(begin >= 0 && count >= 0 && begin + count <= n, "slice [{}, {}) of {} ({})", begin,
@@ -130,6 +132,20 @@ const float* WeightStore::vector_slice(const std::string& name, int64_t n, int64
   auto* f = static_cast<float*>(own(static_cast<size_t>(count) * sizeof(float)));
   to_f32(first, t.dtype, count, f);
   return f;
+}
+
+ops::Matrix WeightStore::quantize_int8(const ops::Matrix& source, bool source_still_used) {
+  auto* raw = static_cast<uint8_t*>(own(int8_matrix_bytes(source.rows, source.cols) + 63));
+  void* out = raw + (64 - reinterpret_cast<uintptr_t>(raw) % 64) % 64;
+  const ops::Matrix q = quantize_matrix_int8(source, out);
+  for (auto& buffer : owned_) {
+    if (buffer.data() == source.data) {
+      if (!source_still_used) std::vector<uint8_t>().swap(buffer);
+      return q;
+    }
+  }
+  release_pages(source.data, static_cast<size_t>(matrix_bytes(source)));
+  return q;
 }
 
 size_t WeightStore::owned_bytes() const {

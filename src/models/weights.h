@@ -32,6 +32,12 @@ class WeightStore {
   // keeps only its shard resident.
   ops::Matrix col_slice(const std::string& name, int64_t rows, int64_t cols, int64_t begin,
                         int64_t count);
+  // An int8 copy of a matrix this store returned (models/quantize.h), in
+  // memory this store owns; the source is then dropped from the process:
+  // an owned copy is freed (unless source_still_used, e.g. a tied
+  // embedding), checkpoint pages are released (a later read of them, such
+  // as an embedding row, faults just those pages back in).
+  ops::Matrix quantize_int8(const ops::Matrix& source, bool source_still_used);
   // A 1-D tensor of n values as f32.
   const float* vector(const std::string& name, int64_t n);
   // Elements [begin, begin + count) of a 1-D tensor of n values, as f32.

@@ -13,15 +13,22 @@
 
 namespace pagoda::ops {
 
-// A read-only 2-D weight matrix [rows, cols], row-major, F32 or BF16.
+// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16 or I8.
+// I8 (ops/quant.h): row r is q[r, :] * scales[r] (symmetric, per output
+// channel); row_sums[r] = sum_c q[r, c] lets the VNNI kernel use unsigned
+// activations (x + 128) and subtract 128 * row_sums[r].
 struct Matrix {
   const void* data = nullptr;
   DType dtype = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
+  const float* scales = nullptr;     // I8 only: [rows]
+  const int32_t* row_sums = nullptr;  // I8 only: [rows]
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr).
+// I8 weights: each row of x is quantized to int8 on the fly and the dot
+// products are exact integers (see ops/quant.h).
 // x: [m, w.cols], y: [m, w.rows] with row stride ldy (0: w.rows; a larger
 // stride lets two linears fill the halves of one buffer, e.g. gate and up
 // projections read in place from the checkpoint); y must not alias x.

@@ -14,6 +14,7 @@ float matrix_at(const Matrix& w, int64_t row, int64_t col) {
     std::memcpy(&h, static_cast<const uint8_t*>(w.data) + 2 * i, 2);
     return bf16_to_f32(h);
   }
+  if (w.dtype == DType::I8) return static_cast<const int8_t*>(w.data)[i] * w.scales[row];
   return static_cast<const float*>(w.data)[i];
 }
 

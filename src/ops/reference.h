@@ -22,7 +22,14 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
 
-// Element (row, col) of a weight matrix as f32.
+// Element (row, col) of a weight matrix as f32 (I8: q * scale).
 float matrix_at(const Matrix& w, int64_t row, int64_t col);
+
+// Int8 (ops/quant.h, quant_reference.cpp): one row's quantization (returns
+// its scale), and the integer linear on quantized activations. The fast
+// kernels must match these bit for bit.
+float quantize_row_i8(const float* x, int64_t k, int8_t* q);
+void linear_i8_quantized(const int8_t* qx, const float* x_scales, int64_t m, const Matrix& w,
+                         const float* bias, float* y, int64_t ldy = 0);
 
 }  // namespace pagoda::ops::ref

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/quant_kernels.h"
 #include "ops/ops.h"
 
 namespace pagoda::ops {
@@ -22,6 +23,7 @@ int64_t rows_per_thread(int64_t n) { return std::max<int64_t>(1, 16384 / std::ma
 
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y, int64_t ldy) {
   if (m <= 0 || w.rows <= 0) return;
+  if (w.dtype == DType::I8) return cpu::linear_i8(x, m, w, bias, y, ldy);
   PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "linear: weight dtype {}",
                dtype_name(w.dtype));
   if (ldy == 0) ldy = w.rows;

@@ -1,0 +1,84 @@
+// The I8 entry points (ops/quant.h, and ops::linear on I8 weights):
+// validate, quantize the activations into a reusable buffer, split output
+// columns across threads, run the selected ISA's int8 kernels.
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/quant_kernels.h"
+#include "ops/quant.h"
+
+namespace pagoda::ops {
+
+namespace {
+
+// Output columns are handed to threads in units of this many (a multiple
+// of every tile width).
+constexpr int64_t kColumnUnit = 16;
+
+void check_i8(const Matrix& w) {
+  PAGODA_CHECK(w.dtype == DType::I8 && w.scales && w.row_sums, "linear: not an I8 matrix ({})",
+               dtype_name(w.dtype));
+  PAGODA_CHECK(w.cols <= kMaxInt8Cols, "linear: I8 rows of {} values (at most {})", w.cols,
+               kMaxInt8Cols);
+}
+
+}  // namespace
+
+const cpu::QuantKernelTable& cpu::active_quant_kernels() {
+  switch (current_isa()) {
+    case Isa::Avx512:
+      if (const QuantKernelTable* t = avx512_vnni_quant_kernels()) return *t;
+      return avx2_quant_kernels();
+    case Isa::Avx2:
+      return avx2_quant_kernels();
+    case Isa::Scalar:
+      break;
+  }
+  return scalar_quant_kernels();
+}
+
+const char* int8_kernel_name() { return cpu::active_quant_kernels().name; }
+
+void quantize_rows_i8(const float* x, int64_t m, int64_t k, int8_t* q, float* scales) {
+  const cpu::QuantKernelTable& kt = cpu::active_quant_kernels();
+  const int64_t rows_per_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1));
+  parallel_for(m, rows_per_chunk,
+               [&](int64_t r0, int64_t r1) { kt.quantize_rows(x, k, q, scales, r0, r1); });
+}
+
+void linear_i8_quantized(const int8_t* qx, const float* x_scales, int64_t m, const Matrix& w,
+                         const float* bias, float* y, int64_t ldy) {
+  if (m <= 0 || w.rows <= 0) return;
+  check_i8(w);
+  if (ldy == 0) ldy = w.rows;
+  PAGODA_CHECK(ldy >= w.rows, "linear: output stride {} < {} rows", ldy, w.rows);
+  const cpu::QuantKernelTable& kt = cpu::active_quant_kernels();
+  const int64_t n = w.rows, k = w.cols;
+  const auto* wq = static_cast<const int8_t*>(w.data);
+  const int64_t units = (n + kColumnUnit - 1) / kColumnUnit;
+  // A unit is worth a thread when it carries ~64K multiply-adds.
+  const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kColumnUnit * k * m));
+  parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
+    const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
+    kt.linear_i8(qx, x_scales, m, wq, w.scales, w.row_sums, k, ldy, bias, y, n0, n1);
+  });
+}
+
+void cpu::linear_i8(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
+                    int64_t ldy) {
+  if (m <= 0 || w.rows <= 0) return;
+  check_i8(w);
+  // Grown to the largest batch seen by this thread, then reused: no
+  // allocation per call in the steady state.
+  thread_local std::vector<int8_t> qx;
+  thread_local std::vector<float> x_scales;
+  const auto need = static_cast<size_t>(m * w.cols);
+  if (qx.size() < need) qx.resize(need);
+  if (x_scales.size() < static_cast<size_t>(m)) x_scales.resize(static_cast<size_t>(m));
+  quantize_rows_i8(x, m, w.cols, qx.data(), x_scales.data());
+  linear_i8_quantized(qx.data(), x_scales.data(), m, w, bias, y, ldy);
+}
+
+}  // namespace pagoda::ops

@@ -1,0 +1,200 @@
+// Load-time int8 quantization: the quantized matrices against the scalar
+// reference, the memory they leave resident, and the int8 model's logits
+// against the unquantized model's (stories260k, f32; a tiny random Qwen3
+// checkpoint made by tools/make_tiny_checkpoint.py).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint_test_util.h"
+#include "core/dtype.h"
+#include "models/model.h"
+#include "models/quantize.h"
+#include "ops/reference.h"
+
+namespace pagoda {
+namespace {
+
+using test::TempDir;
+
+TEST(Quantization, ParsesNamesAndRefusesOthers) {
+  EXPECT_EQ(parse_quantization("none"), Quantization::None);
+  EXPECT_EQ(parse_quantization("int8"), Quantization::Int8);
+  EXPECT_EQ(quantization_name(Quantization::Int8), "int8");
+  try {
+    parse_quantization("int4");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'int4'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Quantization, MatrixRowsMatchTheReference) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {5, 63}, {17, 1000}, {300, 65}}) {
+      std::vector<float> f(rows * cols);
+      for (float& x : f) x = d(rng);
+      f[0] = 0.0f;
+      if (rows > 1) std::fill(f.begin() + cols, f.begin() + 2 * cols, 0.0f);  // a zero row
+      std::vector<uint16_t> b(f.size());
+      for (size_t i = 0; i < f.size(); ++i) b[i] = f32_to_bf16(f[i]);
+      const ops::Matrix src{dt == DType::BF16 ? static_cast<const void*>(b.data()) : f.data(), dt,
+                            rows, cols};
+      std::vector<uint8_t> buf(int8_matrix_bytes(rows, cols) + 64);
+      const ops::Matrix q = quantize_matrix_int8(src, buf.data());
+      ASSERT_EQ(q.dtype, DType::I8);
+      ASSERT_EQ(q.rows, rows);
+      ASSERT_EQ(q.cols, cols);
+      std::vector<int8_t> want(cols);
+      std::vector<float> row(cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) row[c] = ops::ref::matrix_at(src, r, c);
+        const float scale = ops::ref::quantize_row_i8(row.data(), cols, want.data());
+        const auto* got = static_cast<const int8_t*>(q.data) + r * cols;
+        ASSERT_TRUE(std::equal(want.begin(), want.end(), got)) << dtype_name(dt) << " row " << r;
+        EXPECT_EQ(q.scales[r], scale) << "row " << r;
+        int32_t sum = 0;
+        for (int64_t c = 0; c < cols; ++c) sum += want[c];
+        EXPECT_EQ(q.row_sums[r], sum) << "row " << r;
+        // scale = max|w| / 127 and every value within half a step.
+        float amax = 0, worst = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          amax = std::max(amax, std::fabs(row[c]));
+          worst = std::max(worst, std::fabs(got[c] * scale - row[c]));
+        }
+        EXPECT_FLOAT_EQ(scale, amax / 127.0f);
+        EXPECT_LE(worst, 0.5f * scale * 1.0001f);
+      }
+      EXPECT_EQ(matrix_bytes(q), static_cast<int64_t>(int8_matrix_bytes(rows, cols)));
+    }
+  }
+}
+
+// Prefill of a prompt (every position's logits), then one decode step.
+std::vector<float> prefill_and_decode(CausalLM& model, const std::vector<int32_t>& prompt,
+                                      int32_t next) {
+  const KVCacheSpec spec = model.kv_cache_spec();
+  const int64_t vocab = model.config().vocab_size;
+  const auto n = static_cast<int32_t>(prompt.size());
+  constexpr int kBlock = 64;
+  const auto per_layer = static_cast<size_t>(kBlock * spec.num_kv_heads * spec.head_dim);
+  std::vector<std::vector<float>> k(spec.num_layers, std::vector<float>(per_layer)),
+      v(spec.num_layers, std::vector<float>(per_layer));
+  KVCacheView view;
+  view.layout = {kBlock, static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim)};
+  for (int64_t l = 0; l < spec.num_layers; ++l) {
+    view.k.push_back(k[l].data());
+    view.v.push_back(v[l].data());
+    view.layer_group.push_back(0);
+  }
+  BatchMetadata b;
+  b.token_ids = prompt;
+  for (int32_t i = 0; i < n; ++i) b.positions.push_back(i);
+  b.query_start_loc = {0, n};
+  b.seq_lens = {n};
+  b.kv_groups.resize(1);
+  b.kv_groups[0].slot_mapping.assign(b.positions.begin(), b.positions.end());
+  b.kv_groups[0].block_tables = {0};
+  b.kv_groups[0].max_blocks_per_seq = 1;
+  for (int32_t i = 0; i < n; ++i) b.logits_indices.push_back(i);
+  std::vector<float> logits(static_cast<size_t>((n + 1) * vocab));
+  model.forward(b, view, logits.data());
+  BatchMetadata d = b;
+  d.token_ids = {next};
+  d.positions = {n};
+  d.query_start_loc = {0, 1};
+  d.seq_lens = {n + 1};
+  d.kv_groups[0].slot_mapping = {n};
+  d.logits_indices = {0};
+  model.forward(d, view, logits.data() + n * vocab);
+  return logits;
+}
+
+// Worst over rows of max |int8 - ref| / max |ref|.
+double worst_relative_error(const std::vector<float>& got, const std::vector<float>& want,
+                            int64_t vocab) {
+  double worst = 0;
+  for (size_t row = 0; row * vocab < want.size(); ++row) {
+    double max_ref = 0, max_err = 0;
+    for (int64_t j = 0; j < vocab; ++j) {
+      max_ref = std::max(max_ref, double{std::fabs(want[row * vocab + j])});
+      max_err = std::max(max_err, double{std::fabs(got[row * vocab + j] - want[row * vocab + j])});
+    }
+    worst = std::max(worst, max_err / max_ref);
+  }
+  return worst;
+}
+
+const std::vector<int32_t> kPrompt = {1, 45, 300, 17, 88, 102, 7, 256, 3, 99, 140, 12};
+
+// max_bytes_ratio: int8 bytes per step over the unquantized model's (int8
+// values plus 8 bytes of scale and row sum per row: ~1/4 of f32, ~1/2 of
+// bf16 for these narrow rows).
+void expect_int8_close(const std::string& dir, double bound, double max_bytes_ratio) {
+  auto exact = load_model(dir);
+  auto q8 = load_model(dir, parallel::single_process(), Quantization::Int8);
+  const std::vector<float> want = prefill_and_decode(*exact, kPrompt, 33);
+  const std::vector<float> got = prefill_and_decode(*q8, kPrompt, 33);
+  const double err = worst_relative_error(got, want, exact->config().vocab_size);
+  std::printf("%s: int8 logits worst relative error %.4f (bound %.3f)\n", dir.c_str(), err, bound);
+  EXPECT_LE(err, bound) << dir;
+  EXPECT_GT(err, 0.0) << "the int8 model gave exactly the float logits: not quantized?";
+  EXPECT_LT(static_cast<double>(q8->weight_bytes_per_step()),
+            max_bytes_ratio * static_cast<double>(exact->weight_bytes_per_step()))
+      << dir;
+}
+
+// Measured (worst row over prefill + decode of max |err| / max |logit|):
+// stories260k 0.034, tiny random Qwen3 f32 0.027, bf16 tied 0.025 (these
+// models have rows of only 64-256 values, the worst case for per-row
+// scales); the bound leaves ~2x margin.
+TEST(QuantizedModel, Stories260kLogitsCloseToF32) {
+  expect_int8_close(PAGODA_MODELS_DIR "/stories260k", 0.06, 0.3);
+}
+
+std::string tiny_checkpoint(const TempDir& tmp, const std::string& args) {
+  const std::string dir = (tmp / "tiny").string();
+  const std::string cmd = "/usr/bin/python3 " PAGODA_SOURCE_DIR
+                          "/tools/make_tiny_checkpoint.py --out " +
+                          dir + " " + args + " > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return dir;
+}
+
+TEST(QuantizedModel, TinyQwen3LogitsCloseToUnquantized) {
+  TempDir tmp;
+  expect_int8_close(tiny_checkpoint(tmp, "--arch qwen3 --dtype f32 --seed 4"), 0.06, 0.3);
+}
+
+TEST(QuantizedModel, TinyQwen3Bf16TiedLogitsCloseToUnquantized) {
+  TempDir tmp;
+  expect_int8_close(tiny_checkpoint(tmp, "--arch qwen3 --dtype bf16 --tied --seed 5"), 0.06, 0.6);
+}
+
+TEST(QuantizedModel, OnlyTheInt8CopiesStayResident) {
+  // A bf16 untied model: after loading with int8, the checkpoint pages of
+  // the linear layers and the LM head are dropped; what stays is the int8
+  // copy (owned), the embedding rows that were read and the norms.
+  TempDir tmp;
+  const std::string dir = tiny_checkpoint(
+      tmp, "--arch llama --dtype bf16 --hidden 256 --intermediate 512 --layers 2 --seed 6");
+  auto q8 = load_model(dir, parallel::single_process(), Quantization::Int8);
+  const int64_t linear_int8 = q8->weight_bytes_per_step();
+  const auto owned = static_cast<int64_t>(q8->owned_weight_bytes());
+  EXPECT_GE(owned, linear_int8);
+  EXPECT_LT(owned, linear_int8 + linear_int8 / 4);
+  // bf16 linear weights are ~2x their int8 size; resident checkpoint bytes
+  // must be far below that (embedding 512 x 256 bf16 = 256 KiB at most).
+  const int64_t resident = resident_checkpoint_bytes();
+  EXPECT_LT(resident, linear_int8 / 2) << "resident " << resident << " int8 " << linear_int8;
+}
+
+}  // namespace
+}  // namespace pagoda
