@@ -21,7 +21,11 @@ namespace {
 
 // Row tile for batched rows: 4 x 6 = 24 accumulators + 4 activation rows +
 // 1 weight vector of the 32 zmm registers; 24 dot products per 10 loads.
-constexpr int kRowTile = 4, kColTile = 6;
+#ifndef PAGODA_BF16_TILE_R  // build-time switches for A/B benchmarks
+#define PAGODA_BF16_TILE_R 4
+#define PAGODA_BF16_TILE_C 6
+#endif
+constexpr int kRowTile = PAGODA_BF16_TILE_R, kColTile = PAGODA_BF16_TILE_C;
 // A lone row (decode) streams this many weight rows at once.
 constexpr int kSingleRowCols = 8;
 // Weights of one column block (~this many bytes) stay in L2 while every
@@ -38,15 +42,27 @@ PAGODA_BF16_TARGET inline __m512bh load_bh_tail(const uint16_t* p, int n) {
   return (__m512bh)_mm512_maskz_loadu_epi16(mask, p);
 }
 
-// The one horizontal sum tree (lanes i and i^8, then ^4, ^2, ^1); full-mask
-// maskz forms because GCC 12's unmasked ones trip -Wuninitialized.
-PAGODA_BF16_TARGET inline float hsum(__m512 a) {
+// Horizontal sums of four accumulators at once, each by the one tree every
+// output uses (lanes i and i+8, then i and i+4 of those, then j and j^2,
+// then j and j^1): sharing the shuffles between four outputs costs ~3
+// instructions an output instead of 8, and an output's sum does not
+// depend on which accumulators it was grouped with (unused slots are 0).
+PAGODA_BF16_TARGET inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
   constexpr __mmask16 kAll = 0xffff;
-  a = _mm512_add_ps(a, _mm512_maskz_shuffle_f32x4(kAll, a, a, _MM_SHUFFLE(1, 0, 3, 2)));
-  a = _mm512_add_ps(a, _mm512_maskz_shuffle_f32x4(kAll, a, a, _MM_SHUFFLE(2, 3, 0, 1)));
-  a = _mm512_add_ps(a, _mm512_maskz_permute_ps(kAll, a, _MM_SHUFFLE(1, 0, 3, 2)));
-  a = _mm512_add_ps(a, _mm512_maskz_permute_ps(kAll, a, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_cvtss_f32(a);
+  // Step 1: [a.lo + a.hi, b.lo + b.hi] (256-bit halves); same for c, d.
+  const __m512 ab = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_maskz_shuffle_f32x4(kAll, a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_maskz_shuffle_f32x4(kAll, c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Step 2: 128-bit block q holds the four partial sums of output q.
+  __m512 s = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_maskz_shuffle_f32x4(kAll, ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  // Steps 3 and 4 within each block.
+  s = _mm512_add_ps(s, _mm512_maskz_permute_ps(kAll, s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm512_add_ps(s, _mm512_maskz_permute_ps(kAll, s, _MM_SHUFFLE(2, 3, 0, 1)));
+  // Lane 0 of each block.
+  const __m512i lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+  return _mm512_maskz_extractf32x4_ps(0xf, _mm512_maskz_permutexvar_ps(kAll, lanes, s), 0);
 }
 
 // y[r * ldy + c] for R activation rows x (bf16, row stride k) and C weight
@@ -88,13 +104,20 @@ PAGODA_BF16_TARGET inline void dot_tile(const uint16_t* x, const uint16_t* w, in
       for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv[r], wv);
     }
   }
+  // Sums in groups of 4 columns (+ bias, the same add as a scalar one).
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-      float s = hsum(acc[r][c]);
-      if (bias) s += bias[c];
-      y[r * ldy + c] = s;
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c += 4) {
+      const __m512 z = _mm512_setzero_ps();
+      const __m512 a1 = c + 1 < C ? acc[r][c + 1] : z;
+      const __m512 a2 = c + 2 < C ? acc[r][c + 2] : z;
+      const __m512 a3 = c + 3 < C ? acc[r][c + 3] : z;
+      __m128 s = hsum4(acc[r][c], a1, a2, a3);
+      const int count = C - c < 4 ? C - c : 4;
+      const __mmask8 mask = static_cast<__mmask8>((1u << count) - 1);
+      if (bias) s = _mm_add_ps(s, _mm_maskz_loadu_ps(mask, bias + c));
+      _mm_mask_storeu_ps(y + r * ldy + c, mask, s);
     }
   }
 }
