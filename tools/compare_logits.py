@@ -28,7 +28,16 @@ def main():
     if len(rows) != len(out) or len(out) == 0:
         print(f"FAIL {a.model}: {len(rows)} logit rows for {len(out)} tokens")
         return 1
-    ref = ReferenceModel(a.model).logits(prompt + out)[len(prompt) - 1 : len(prompt) - 1 + len(out)]
+    # The engine reports its kernel variant; avx512bf16 rounds activations
+    # to bf16 before products with bf16 weights, and so must the reference.
+    bf16_act = got.get("isa") == "avx512bf16"
+    # The reference's activations differ from the engine's f32 ones by f32
+    # rounding, and near a bf16 rounding boundary that flips one activation
+    # by a bf16 ulp (2^-8 relative): a few 1e-3 of the logits at worst.
+    model = ReferenceModel(a.model, bf16_activations=bf16_act)
+    bf16_act = bool(model.round_for)  # only models with bf16 weights round
+    rtol = max(a.rtol, 5e-3) if bf16_act else a.rtol
+    ref = model.logits(prompt + out)[len(prompt) - 1 : len(prompt) - 1 + len(out)]
     worst, worst_row = 0.0, -1
     for i in range(len(out)):
         err = np.max(np.abs(rows[i] - ref[i])) / np.max(np.abs(ref[i]))
@@ -38,10 +47,11 @@ def main():
         if out[i] != best and ref[i][best] - ref[i][out[i]] > a.argmax_rtol * np.max(np.abs(ref[i])):
             print(f"FAIL {a.model}: step {i} token {out[i]} but reference argmax {best}")
             return 1
-    status = "ok" if worst <= a.rtol else "FAIL"
+    status = "ok" if worst <= rtol else "FAIL"
+    note = ", bf16 activations" if bf16_act else ""
     print(f"{status} {a.model}: {len(out)} steps, worst relative error {worst:.2e} at step {worst_row}"
-          f" (limit {a.rtol:.0e})")
-    return 0 if worst <= a.rtol else 1
+          f" (limit {rtol:.0e}{note})")
+    return 0 if worst <= rtol else 1
 
 
 if __name__ == "__main__":

@@ -9,13 +9,18 @@ import os
 
 import numpy as np
 
-from safetensors_np import load_dir
+from safetensors_np import bf16_bits_to_f32, f32_to_bf16_bits, load_dir, load_dir_dtypes
 
 
 class ReferenceModel:
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, bf16_activations=False):
+        """bf16_activations: model the engine's bf16 dot-product kernels
+        (vdpbf16ps): activations are rounded to bf16 (nearest even, from
+        f32) before every product with a BF16-stored weight matrix."""
         self.cfg = json.load(open(os.path.join(model_dir, "config.json")))
         self.w = {k: v.astype(np.float64) for k, v in load_dir(model_dir).items()}
+        dtypes = load_dir_dtypes(model_dir)
+        self.round_for = {k for k, d in dtypes.items() if d == "BF16"} if bf16_activations else set()
         c = self.cfg
         self.hidden = c["hidden_size"]
         self.heads = c["num_attention_heads"]
@@ -73,6 +78,12 @@ class ReferenceModel:
         rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
         return x * cos + rot * sin
 
+    def _mm(self, x, name):
+        """x @ W[name].T, x rounded as the engine's kernel for W sees it."""
+        if name in self.round_for:
+            x = bf16_bits_to_f32(f32_to_bf16_bits(x.astype(np.float32))).astype(np.float64)
+        return x @ self.w[name].T
+
     def logits(self, ids):
         """Logits [len(ids), vocab] for every position of the sequence."""
         W, T = self.w, len(ids)
@@ -83,7 +94,7 @@ class ReferenceModel:
             h = self._rms(x, W[p + "input_layernorm.weight"])
 
             def proj(name):
-                y = h @ W[p + f"self_attn.{name}_proj.weight"].T
+                y = self._mm(h, p + f"self_attn.{name}_proj.weight")
                 return y + W[p + f"self_attn.{name}_proj.bias"] if self.bias else y
 
             q = proj("q").reshape(T, self.heads, self.head_dim)
@@ -103,14 +114,13 @@ class ReferenceModel:
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
             attn = np.einsum("hts,shd->thd", scores, v).reshape(T, -1)
-            x = x + attn @ W[p + "self_attn.o_proj.weight"].T
+            x = x + self._mm(attn, p + "self_attn.o_proj.weight")
             h = self._rms(x, W[p + "post_attention_layernorm.weight"])
-            gate = h @ W[p + "mlp.gate_proj.weight"].T
-            up = h @ W[p + "mlp.up_proj.weight"].T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ W[p + "mlp.down_proj.weight"].T
+            gate = self._mm(h, p + "mlp.gate_proj.weight")
+            up = self._mm(h, p + "mlp.up_proj.weight")
+            x = x + self._mm(gate / (1 + np.exp(-gate)) * up, p + "mlp.down_proj.weight")
         x = self._rms(x, W["model.norm.weight"])
-        head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
-        return x @ head.T
+        return self._mm(x, "lm_head.weight" if "lm_head.weight" in W else "model.embed_tokens.weight")
 
     def greedy(self, prompt_ids, n):
         ids = list(prompt_ids)

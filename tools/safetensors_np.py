@@ -66,14 +66,27 @@ def load_file(path):
     return out
 
 
-def load_dir(model_dir):
-    """All tensors of a model directory (single file or sharded with an index)."""
+def _files(model_dir):
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.exists(index):
-        files = sorted(set(json.load(open(index))["weight_map"].values()))
-    else:
-        files = ["model.safetensors"]
+        return sorted(set(json.load(open(index))["weight_map"].values()))
+    return ["model.safetensors"]
+
+
+def load_dir(model_dir):
+    """All tensors of a model directory (single file or sharded with an index)."""
     out = {}
-    for f in files:
+    for f in _files(model_dir):
         out.update(load_file(os.path.join(model_dir, f)))
+    return out
+
+
+def load_dir_dtypes(model_dir):
+    """name -> stored dtype string ("BF16", "F32", ...) of every tensor."""
+    out = {}
+    for f in _files(model_dir):
+        with open(os.path.join(model_dir, f), "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        out.update({k: e["dtype"] for k, e in header.items() if k != "__metadata__"})
     return out

@@ -13,6 +13,17 @@ namespace pagoda::cli {
 void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--threads", o.num_threads, "Kernel threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
+  // Kernel variant (A/B benchmarks, reproducing another machine's numerics);
+  // one the CPU lacks is an InputError (exit 2).
+  cmd.add_option_function<ops::Isa>(
+         "--isa", [](const ops::Isa& isa) { ops::set_isa(isa); },
+         "Kernel variant: scalar, avx2, avx512, avx512bf16 (default: the best this CPU supports)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, ops::Isa>{{"scalar", ops::Isa::Scalar},
+                                          {"avx2", ops::Isa::Avx2},
+                                          {"avx512", ops::Isa::Avx512},
+                                          {"avx512bf16", ops::Isa::Avx512Bf16}},
+          CLI::ignore_case));
   cmd.add_option("--block-size", o.block_size, "Tokens per KV-cache block")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/llm.h"
+#include "ops/ops.h"
 
 namespace pagoda::cli {
 
@@ -32,7 +33,10 @@ int run_logits(const LogitsArgs& a) {
   params.ignore_eos = true;
   const auto outputs = llm.generate({Prompt::from_ids(a.prompt_ids)}, {params});
   nlohmann::json j = {
-      {"prompt_ids", a.prompt_ids}, {"output_ids", outputs[0].token_ids}, {"logits", rows}};
+      {"prompt_ids", a.prompt_ids},
+      {"output_ids", outputs[0].token_ids},
+      {"logits", rows},
+      {"isa", ops::isa_name(ops::current_isa())}};  // the reference models its numerics
   std::ofstream out(a.out);
   if (!out) throw_input_error("cannot write '{}'", a.out);
   out << j.dump() << "\n";

@@ -100,7 +100,11 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
                      float scale, float* out);
 
 // ---- Variant selection (tests run every variant the CPU supports) ---------
-enum class Isa { Scalar, Avx2, Avx512 };
+// Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the
+// activations to bf16 (round-to-nearest-even) and accumulate bf16 products
+// in f32 (vdpbf16ps), so they differ from the other variants by that
+// rounding (and are still independent of batch composition).
+enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16 };
 const char* isa_name(Isa isa);
 // Best variant this CPU supports, and whether a given one is supported.
 Isa best_isa();

@@ -16,7 +16,9 @@ TEST(Dispatch, DefaultIsBestSupported) {
   EXPECT_TRUE(isa_supported(best_isa()));
   EXPECT_EQ(current_isa(), best_isa());
   // best_isa is the widest supported one.
-  if (isa_supported(Isa::Avx512)) {
+  if (isa_supported(Isa::Avx512Bf16)) {
+    EXPECT_EQ(best_isa(), Isa::Avx512Bf16);
+  } else if (isa_supported(Isa::Avx512)) {
     EXPECT_EQ(best_isa(), Isa::Avx512);
   } else if (isa_supported(Isa::Avx2)) {
     EXPECT_EQ(best_isa(), Isa::Avx2);
@@ -24,6 +26,11 @@ TEST(Dispatch, DefaultIsBestSupported) {
 }
 
 TEST(Dispatch, AvxImpliesItsPrerequisites) {
+  if (isa_supported(Isa::Avx512Bf16)) {
+    EXPECT_TRUE(isa_supported(Isa::Avx512));
+  }
+  EXPECT_EQ(isa_supported(Isa::Avx512Bf16),
+            isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512bf16") != 0);
   if (isa_supported(Isa::Avx512)) {
     EXPECT_TRUE(isa_supported(Isa::Avx2));
   }
@@ -32,7 +39,7 @@ TEST(Dispatch, AvxImpliesItsPrerequisites) {
 }
 
 TEST(Dispatch, SetIsaSelectsOrRejects) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
     if (isa_supported(isa)) {
       set_isa(isa);
       EXPECT_EQ(current_isa(), isa);
@@ -47,8 +54,8 @@ TEST(Dispatch, SetIsaSelectsOrRejects) {
 
 TEST(Dispatch, NamesAreDistinct) {
   const std::set<std::string> names = {isa_name(Isa::Scalar), isa_name(Isa::Avx2),
-                                       isa_name(Isa::Avx512)};
-  EXPECT_EQ(names.size(), 3u);
+                                       isa_name(Isa::Avx512), isa_name(Isa::Avx512Bf16)};
+  EXPECT_EQ(names.size(), 4u);
   EXPECT_EQ(std::string(isa_name(Isa::Scalar)), "scalar");
 }
 

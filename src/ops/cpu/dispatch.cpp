@@ -20,6 +20,8 @@ bool cpu_has(Isa isa) {
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case Isa::Avx512Bf16:  // libgcc also checks that the OS saves AVX-512 state
+      return cpu_has(Isa::Avx512) && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 }
@@ -41,11 +43,14 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::Avx512:
       return "avx512";
+    case Isa::Avx512Bf16:
+      return "avx512bf16";
   }
   return "?";
 }
 
 Isa best_isa() {
+  if (cpu_has(Isa::Avx512Bf16)) return Isa::Avx512Bf16;
   if (cpu_has(Isa::Avx512)) return Isa::Avx512;
   if (cpu_has(Isa::Avx2)) return Isa::Avx2;
   return Isa::Scalar;
@@ -62,6 +67,8 @@ Isa current_isa() { return selected().load(std::memory_order_relaxed); }
 
 const cpu::KernelTable& cpu::active_kernels() {
   switch (current_isa()) {
+    case Isa::Avx512Bf16:
+      return avx512bf16_kernels();
     case Isa::Avx512:
       return avx512_kernels();
     case Isa::Avx2:

@@ -19,6 +19,20 @@ constexpr int64_t kColumnUnit = 16;
 
 int64_t rows_per_thread(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
 
+// x [m, k] rounded to bf16 for the bf16 dot-product linear, in a buffer of
+// the calling thread that only grows (no allocation in the steady state);
+// rows are converted in parallel, since a prefill's activations are MBs.
+const uint16_t* bf16_activations(const cpu::KernelTable& kt, const float* x, int64_t m, int64_t k) {
+  thread_local std::vector<uint16_t> buffer;
+  const size_t count = static_cast<size_t>(m * k);
+  if (buffer.size() < count) buffer.resize(count);
+  uint16_t* out = buffer.data();
+  parallel_for(
+      m, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
+      [&](int64_t r0, int64_t r1) { kt.bf16_rows(x + r0 * k, (r1 - r0) * k, out + r0 * k); });
+  return out;
+}
+
 }  // namespace
 
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y, int64_t ldy) {
@@ -34,6 +48,14 @@ void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float
   // Split output columns: each thread streams its own slice of the weights
   // once. A unit is worth a thread when it carries ~64K multiply-adds.
   const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kColumnUnit * k * m));
+  if (w.dtype == DType::BF16 && kt.linear_bf16_dot) {
+    const uint16_t* xb = bf16_activations(kt, x, m, k);
+    parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
+      const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
+      kt.linear_bf16_dot(xb, m, static_cast<const uint16_t*>(w.data), k, ldy, bias, y, n0, n1);
+    });
+    return;
+  }
   parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
     const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
     if (w.dtype == DType::BF16) {

@@ -42,11 +42,19 @@ struct KernelTable {
                             float eps, float* y, int64_t r0, int64_t r1);
   // One attention query; acc is scratch of head_dim floats.
   void (*attention)(const AttentionQuery& a, float* acc);
+  // bf16 x bf16 -> f32 linear (ISAs with a bf16 dot product; null on the
+  // others, which widen bf16 weights to f32 in linear_bf16 instead): x is
+  // already rounded to bf16 by bf16_rows (round-to-nearest-even), row
+  // stride k; the same determinism rule as linear_f32 holds.
+  void (*bf16_rows)(const float* x, int64_t count, uint16_t* out) = nullptr;
+  void (*linear_bf16_dot)(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
+                          const float* bias, float* y, int64_t n0, int64_t n1) = nullptr;
 };
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();
 const KernelTable& avx512_kernels();
+const KernelTable& avx512bf16_kernels();  // avx512 + vdpbf16ps linears
 
 // The table of the ISA chosen by set_isa (best_isa() by default).
 const KernelTable& active_kernels();
