@@ -180,13 +180,18 @@ INSTANTIATE_TEST_SUITE_P(AllIsas, QuantLinear, ::testing::ValuesIn(supported_isa
 
 TEST(QuantLinearKernels, Avx512UsesVnniWhenTheCpuHasIt) {
   // The VNNI kernel is the one under test on such a CPU (not silently the
-  // AVX2 fallback).
-  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  set_isa(Isa::Avx512);
-  const std::string name = int8_kernel_name();
-  set_isa(best_isa());
+  // AVX2 fallback), under both AVX-512 levels.
   __builtin_cpu_init();
-  EXPECT_EQ(name, __builtin_cpu_supports("avx512vnni") ? "avx512-vnni" : "avx2");
+  const std::string expected = __builtin_cpu_supports("avx512vnni") ? "avx512-vnni" : "avx2";
+  int levels = 0;
+  for (const Isa isa : {Isa::Avx512, Isa::Avx512Bf16}) {
+    if (!isa_supported(isa)) continue;
+    set_isa(isa);
+    EXPECT_EQ(std::string(int8_kernel_name()), expected) << isa_name(isa);
+    ++levels;
+  }
+  set_isa(best_isa());
+  if (levels == 0) GTEST_SKIP() << "no AVX-512 on this CPU";
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ void check_i8(const Matrix& w) {
 const cpu::QuantKernelTable& cpu::active_quant_kernels() {
   switch (current_isa()) {
     case Isa::Avx512:
+    case Isa::Avx512Bf16:  // the same int8 kernels; bf16 dot products only change bf16 linears
       if (const QuantKernelTable* t = avx512_vnni_quant_kernels()) return *t;
       return avx2_quant_kernels();
     case Isa::Avx2:
