@@ -12,6 +12,7 @@ import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Template } from "@huggingface/jinja";
 import OpenAI from "openai";
+import { waitForServer } from "./server_process.mjs";
 
 const binary = process.env.PAGODA_BINARY;
 const demo = process.env.PAGODA_MODEL;
@@ -26,15 +27,7 @@ before(async () => {
   cfg.chat_template = template;
   writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify(cfg));
   proc = spawn(binary, ["serve", "--model", dir, "--served-model-name", "chat", "--port", "0"]);
-  url = await new Promise((resolve, reject) => {
-    let err = "";
-    proc.stderr.on("data", (d) => {
-      err += d;
-      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve(`http://127.0.0.1:${m[1]}`);
-    });
-    proc.on("exit", (c) => reject(new Error(`server exited ${c}: ${err}`)));
-  });
+  url = (await waitForServer(proc, 30000)).url;
   client = new OpenAI({ baseURL: url + "/v1", apiKey: "x", maxRetries: 0 });
 });
 after(() => {

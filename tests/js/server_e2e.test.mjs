@@ -4,6 +4,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
 import OpenAI from "openai";
+import { waitForServer } from "./server_process.mjs";
 
 const binary = process.env.PAGODA_BINARY;
 const model = process.env.PAGODA_MODEL;
@@ -11,21 +12,8 @@ if (!binary || !model) throw new Error("set PAGODA_BINARY and PAGODA_MODEL");
 
 // Starts a server on a free port; resolves to {proc, url, stderr()}.
 function startServer(extraArgs = []) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "stories", "--port", "0", ...extraArgs]);
-    let err = "";
-    const timer = setTimeout(() => reject(new Error("server did not start: " + err)), 30000);
-    proc.stderr.on("data", (d) => {
-      err += d.toString();
-      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && !proc.url) {
-        clearTimeout(timer);
-        proc.url = `http://127.0.0.1:${m[1]}`;
-        resolve({ proc, url: proc.url, stderr: () => err });
-      }
-    });
-    proc.on("exit", (code) => reject(new Error(`server exited ${code}: ${err}`)));
-  });
+  const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "stories", "--port", "0", ...extraArgs]);
+  return waitForServer(proc, 30000);
 }
 
 function stopServer(server) {

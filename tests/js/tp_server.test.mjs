@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
 import OpenAI from "openai";
+import { waitForServer } from "./server_process.mjs";
 
 const binary = process.env.PAGODA_BINARY;
 const model = process.env.PAGODA_MODEL;
@@ -16,23 +17,10 @@ const mpiEnv = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: "1", OMPI_ALLOW_RUN_AS_
   ASAN_OPTIONS: `${process.env.ASAN_OPTIONS ?? ""}:detect_leaks=0` };
 
 function startServer() {
-  return new Promise((resolve, reject) => {
-    const proc = spawn("timeout", ["-k", "5", "240", "mpirun", "--timeout", "230", "--bind-to", "none", "-np", "2",
-      binary, "serve", "--model", model, "--served-model-name", "stories", "--port", "0", "--threads", "1",
-      "--tensor-parallel-size", "2"], { env: mpiEnv });
-    let err = "";
-    const timer = setTimeout(() => reject(new Error("server did not start: " + err)), 60000);
-    proc.stderr.on("data", (d) => {
-      err += d.toString();
-      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && !proc.url) {
-        clearTimeout(timer);
-        proc.url = `http://127.0.0.1:${m[1]}`;
-        resolve({ proc, url: proc.url, stderr: () => err });
-      }
-    });
-    proc.on("exit", (code) => reject(new Error(`server exited ${code}: ${err}`)));
-  });
+  const proc = spawn("timeout", ["-k", "5", "240", "mpirun", "--timeout", "230", "--bind-to", "none", "-np", "2",
+    binary, "serve", "--model", model, "--served-model-name", "stories", "--port", "0", "--threads", "1",
+    "--tensor-parallel-size", "2"], { env: mpiEnv });
+  return waitForServer(proc, 60000);
 }
 
 function parentPid(pid) {
