@@ -50,6 +50,8 @@ expect_exit 2 "no prompts" -- "$pagoda" generate --model "$model"
 expect_exit 2 "max-tokens" -- "$pagoda" generate --model "$model" --prompt hi --max-tokens abc
 expect_exit 2 "unknown\|not expected\|extra" -- "$pagoda" generate --model "$model" --prompt hi --bogus-flag
 expect_exit 2 "Directory\|directory" -- "$pagoda" generate --model /nonexistent --prompt hi
+expect_exit 2 "scheduling-policy" -- "$pagoda" generate --model "$model" --prompt hi --scheduling-policy lifo
+expect_exit 2 "isa" -- "$pagoda" generate --model "$model" --prompt hi --isa avx9000
 printf 'not json\n' >"$tmp/bad.jsonl"
 expect_exit 2 "bad.jsonl:1" -- "$pagoda" generate --model "$model" --prompts-file "$tmp/bad.jsonl"
 mkdir -p "$tmp/notamodel"
