@@ -228,19 +228,23 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
   const ModelConfig& c = config_;
   const int hd = static_cast<int>(c.head_dim);
   const int q_heads = static_cast<int>(shard_.q_heads);
-  const int kv_heads = static_cast<int>(shard_.kv_heads);
   ops::linear(ws_.hidden.data(), tokens, w.q, w.q_bias, ws_.q.data());
   ops::linear(ws_.hidden.data(), tokens, w.k, w.k_bias, ws_.k.data());
   ops::linear(ws_.hidden.data(), tokens, w.v, w.v_bias, ws_.v.data());
-  if (w.q_norm) {
-    const auto eps = static_cast<float>(c.rms_norm_eps);
-    ops::rms_norm(ws_.q.data(), w.q_norm, tokens * q_heads, hd, eps, ws_.q.data());
-    ops::rms_norm(ws_.k.data(), w.k_norm, tokens * kv_heads, hd, eps, ws_.k.data());
-  }
-  ops::rope(ws_.q.data(), tokens, q_heads, hd, batch.positions.data(), inv_freq_.data(), hd);
-  ops::rope(ws_.k.data(), tokens, kv_heads, hd, batch.positions.data(), inv_freq_.data(), hd);
-  ops::write_kv(ws_.k.data(), ws_.v.data(), group.slot_mapping.data(), tokens, layout, k_cache,
-                v_cache);
+  ops::AttentionInputs in;
+  in.q = ws_.q.data();
+  in.k = ws_.k.data();
+  in.v = ws_.v.data();
+  in.num_tokens = tokens;
+  in.num_q_heads = q_heads;
+  in.q_norm = w.q_norm;
+  in.k_norm = w.k_norm;
+  in.eps = static_cast<float>(c.rms_norm_eps);
+  in.positions = batch.positions.data();
+  in.inv_freq = inv_freq_.data();
+  in.rot_dim = hd;
+  in.slot_mapping = group.slot_mapping.data();
+  ops::prepare_attention_inputs(in, layout, k_cache, v_cache);
 
   ops::AttentionBatch ab;
   ab.num_seqs = batch.num_seqs();

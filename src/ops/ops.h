@@ -22,7 +22,7 @@ struct Matrix {
   DType dtype = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
-  const float* scales = nullptr;     // I8 only: [rows]
+  const float* scales = nullptr;      // I8 only: [rows]
   const int32_t* row_sums = nullptr;  // I8 only: [rows]
 };
 
@@ -74,6 +74,29 @@ struct KVLayout {
 // A negative slot means "do not store" (padding).
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
               const KVLayout& layout, float* k_cache, float* v_cache);
+
+// A step's q/k/v rows ([num_tokens, heads, head_dim]) on their way into
+// attention.
+struct AttentionInputs {
+  float* q = nullptr;
+  float* k = nullptr;
+  const float* v = nullptr;
+  int64_t num_tokens = 0;
+  int num_q_heads = 0;
+  const float* q_norm = nullptr;  // per-head RMSNorm weights [head_dim]
+  const float* k_norm = nullptr;  // (Qwen3); both null: no qk-norm
+  float eps = 1e-6f;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;  // RoPE, rot_dim / 2 frequencies
+  int rot_dim = 0;
+  const int64_t* slot_mapping = nullptr;
+};
+
+// Fused rms_norm (per q and k head, if given) + rope (q and k) + write_kv:
+// one pass in which each token's rows stay in L1, with results equal to the
+// three ops run one after another, bit for bit.
+void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout, float* k_cache,
+                              float* v_cache);
 
 // The sequences of one forward step, as attention sees them.
 struct AttentionBatch {

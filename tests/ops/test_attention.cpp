@@ -72,68 +72,91 @@ std::string describe(const Case& c) {
 const std::vector<std::pair<int, int>> kSeqs = {{10, 5}, {0, 9}, {23, 1}, {1, 1},
                                                 {40, 3}, {7, 0}, {0, 1},  {35, 40}};
 
-// Builds the paged cache through write_kv (random, shuffled block ids), runs
-// the kernel, the reference and the dense attention, and compares them.
-// Returns the kernel's output.
-std::vector<float> run_case(const Case& c, std::mt19937& rng) {
+// One step's paged cache (filled through write_kv, random shuffled block
+// ids), queries and batch description, with the keys and values of each
+// sequence kept in order for the dense attention.
+struct Step {
+  KVLayout layout;
+  int max_blocks = 0;
+  std::vector<float> k_cache, v_cache, q;
+  std::vector<int32_t> tables, qsl = {0}, seq_lens;
+  std::vector<std::vector<std::vector<float>>> keys, values;
+
+  AttentionBatch batch(int window) const {
+    return {static_cast<int>(seq_lens.size()),
+            qsl.data(),
+            seq_lens.data(),
+            tables.data(),
+            max_blocks,
+            window};
+  }
+};
+
+Step build_step(const Case& c, std::mt19937& rng) {
+  Step st;
   const int row = c.kv_heads * c.head_dim;
-  const KVLayout layout{c.block_size, c.kv_heads, c.head_dim};
-  int max_blocks = 0, total_blocks = 0;
+  st.layout = KVLayout{c.block_size, c.kv_heads, c.head_dim};
+  int total_blocks = 0;
   for (auto [cached, fresh] : kSeqs) {
     const int blocks = (cached + fresh + c.block_size - 1) / c.block_size;
-    max_blocks = std::max(max_blocks, blocks);
+    st.max_blocks = std::max(st.max_blocks, blocks);
     total_blocks += blocks;
   }
   const int num_blocks = total_blocks + 7;  // some blocks stay unused (NaN)
   // NaN everywhere no sequence wrote: reading a wrong slot poisons the output.
-  std::vector<float> k_cache(int64_t{num_blocks} * c.block_size * row, NAN), v_cache = k_cache;
+  st.k_cache.assign(int64_t{num_blocks} * c.block_size * row, NAN);
+  st.v_cache = st.k_cache;
   std::vector<int32_t> ids(num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
 
-  std::vector<int32_t> tables(kSeqs.size() * max_blocks, -1), qsl = {0}, seq_lens;
-  std::vector<std::vector<std::vector<float>>> keys(kSeqs.size()), values(kSeqs.size());
-  std::vector<float> q;
+  st.tables.assign(kSeqs.size() * st.max_blocks, -1);
+  st.keys.resize(kSeqs.size());
+  st.values.resize(kSeqs.size());
   size_t next = 0;
   for (size_t s = 0; s < kSeqs.size(); ++s) {
     const int len = kSeqs[s].first + kSeqs[s].second;
     for (int b = 0; b < (len + c.block_size - 1) / c.block_size; ++b) {
-      tables[s * max_blocks + b] = ids[next++];
+      st.tables[s * st.max_blocks + b] = ids[next++];
     }
     std::vector<float> k_rows, v_rows;
     std::vector<int64_t> slots;
     for (int t = 0; t < len; ++t) {
-      keys[s].push_back(random_vec(row, rng));
-      values[s].push_back(random_vec(row, rng));
-      k_rows.insert(k_rows.end(), keys[s][t].begin(), keys[s][t].end());
-      v_rows.insert(v_rows.end(), values[s][t].begin(), values[s][t].end());
-      slots.push_back(int64_t{tables[s * max_blocks + t / c.block_size]} * c.block_size +
+      st.keys[s].push_back(random_vec(row, rng));
+      st.values[s].push_back(random_vec(row, rng));
+      k_rows.insert(k_rows.end(), st.keys[s][t].begin(), st.keys[s][t].end());
+      v_rows.insert(v_rows.end(), st.values[s][t].begin(), st.values[s][t].end());
+      slots.push_back(int64_t{st.tables[s * st.max_blocks + t / c.block_size]} * c.block_size +
                       t % c.block_size);
     }
-    write_kv(k_rows.data(), v_rows.data(), slots.data(), len, layout, k_cache.data(),
-             v_cache.data());
+    write_kv(k_rows.data(), v_rows.data(), slots.data(), len, st.layout, st.k_cache.data(),
+             st.v_cache.data());
     const auto qs = random_vec(size_t(kSeqs[s].second) * c.q_heads * c.head_dim, rng);
-    q.insert(q.end(), qs.begin(), qs.end());
-    qsl.push_back(qsl.back() + kSeqs[s].second);
-    seq_lens.push_back(len);
+    st.q.insert(st.q.end(), qs.begin(), qs.end());
+    st.qsl.push_back(st.qsl.back() + kSeqs[s].second);
+    st.seq_lens.push_back(len);
   }
-  const AttentionBatch batch{static_cast<int>(kSeqs.size()),
-                             qsl.data(),
-                             seq_lens.data(),
-                             tables.data(),
-                             max_blocks,
-                             c.window};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  std::vector<float> out(q.size(), NAN), out_ref(q.size(), NAN), out_dense(q.size(), NAN);
-  paged_attention(q.data(), k_cache.data(), v_cache.data(), layout, batch, c.q_heads, scale,
-                  out.data());
-  ref::paged_attention(q.data(), k_cache.data(), v_cache.data(), layout, batch, c.q_heads, scale,
-                       out_ref.data());
+  return st;
+}
+
+float scale_of(const Case& c) { return 1.0f / std::sqrt(static_cast<float>(c.head_dim)); }
+
+// Runs the kernel, the reference and the dense attention on one step and
+// compares them. Returns the kernel's output.
+std::vector<float> run_case(const Case& c, std::mt19937& rng) {
+  const Step st = build_step(c, rng);
+  const AttentionBatch batch = st.batch(c.window);
+  const float scale = scale_of(c);
+  std::vector<float> out(st.q.size(), NAN), out_ref(st.q.size(), NAN), out_dense(st.q.size(), NAN);
+  paged_attention(st.q.data(), st.k_cache.data(), st.v_cache.data(), st.layout, batch, c.q_heads,
+                  scale, out.data());
+  ref::paged_attention(st.q.data(), st.k_cache.data(), st.v_cache.data(), st.layout, batch,
+                       c.q_heads, scale, out_ref.data());
   const int64_t token_elems = int64_t{c.q_heads} * c.head_dim;
   for (size_t s = 0; s < kSeqs.size(); ++s) {
-    dense_attention(q.data() + qsl[s] * token_elems, keys[s], values[s], kSeqs[s].second, c.q_heads,
-                    c.kv_heads, c.head_dim, c.window, scale,
-                    out_dense.data() + qsl[s] * token_elems);
+    dense_attention(st.q.data() + st.qsl[s] * token_elems, st.keys[s], st.values[s],
+                    kSeqs[s].second, c.q_heads, c.kv_heads, c.head_dim, c.window, scale,
+                    out_dense.data() + st.qsl[s] * token_elems);
   }
   expect_close(out_ref, out_dense, 1e-5f, "reference vs dense, " + describe(c));
   expect_close(out, out_ref, 1e-5f, "kernel vs reference, " + describe(c));
@@ -171,6 +194,40 @@ TEST_P(PagedAttention, TwoThreadsEqualOne) {
     two = run_case(c, rng);
   }
   EXPECT_EQ(one, two);
+}
+
+TEST_P(PagedAttention, EachRowAloneEqualsItsRowInTheBatch) {
+  // The kernels tile query rows and the q heads of a kv head together; a
+  // row's output must not depend on its tile: every new row of the batch,
+  // run alone as a one-token decode step over the same cache, gives the
+  // same bits (what makes greedy outputs independent of batching).
+  const std::vector<Case> cases = {
+      {8, 2, 64, 16, 0}, {4, 4, 40, 3, 0}, {4, 1, 12, 48, 20}, {2, 1, 64, 16, 7}};
+  std::mt19937 rng(7);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(describe(c));
+    const Step st = build_step(c, rng);
+    std::vector<float> out(st.q.size(), NAN);
+    paged_attention(st.q.data(), st.k_cache.data(), st.v_cache.data(), st.layout,
+                    st.batch(c.window), c.q_heads, scale_of(c), out.data());
+    const int64_t token_elems = int64_t{c.q_heads} * c.head_dim;
+    int mismatches = 0;
+    for (size_t s = 0; s < kSeqs.size(); ++s) {
+      for (int32_t row = st.qsl[s]; row < st.qsl[s + 1]; ++row) {
+        const int32_t qsl[2] = {0, 1};
+        const int32_t seq_len = st.seq_lens[s] - (st.qsl[s + 1] - 1 - row);
+        const AttentionBatch one{
+            1, qsl, &seq_len, st.tables.data() + s * st.max_blocks, st.max_blocks, c.window};
+        std::vector<float> alone(token_elems, NAN);
+        paged_attention(st.q.data() + row * token_elems, st.k_cache.data(), st.v_cache.data(),
+                        st.layout, one, c.q_heads, scale_of(c), alone.data());
+        const std::vector<float> in_batch(out.begin() + row * token_elems,
+                                          out.begin() + (row + 1) * token_elems);
+        mismatches += alone != in_batch;
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSupported, PagedAttention, ::testing::ValuesIn(supported_isas()),

@@ -117,6 +117,66 @@ TEST_P(RopeEmbeddingKv, WriteKvStoresRowsAtTheirSlots) {
   EXPECT_EQ(v_cache, v_want);
 }
 
+TEST_P(RopeEmbeddingKv, FusedAttentionInputsEqualTheSeparateOps) {
+  // prepare_attention_inputs against rms_norm + rope + write_kv run one
+  // after another: the same bits, with and without qk-norm, with partial
+  // rotary, a padding token (slot -1) and more q heads than kv heads.
+  std::mt19937 rng(21);
+  const std::vector<int32_t> pos = {3, 0, 17, 250, 9};
+  const std::vector<int64_t> slots = {5, -1, 0, 11, 2};
+  const auto tokens = static_cast<int64_t>(pos.size());
+  for (int head_dim : {12, 64}) {
+    for (bool qk_norm : {false, true}) {
+      for (int rot_dim : {head_dim, head_dim / 2}) {
+        const int q_heads = 4, kv_heads = 2;
+        const KVLayout layout{4, kv_heads, head_dim};
+        const int64_t cache_floats = int64_t{4} * 4 * kv_heads * head_dim;
+        const auto inv_freq = hf_inv_freq(rot_dim, 10000.0f);
+        const auto q_norm = random_vec(head_dim, rng), k_norm = random_vec(head_dim, rng);
+        const auto q0 = random_vec(tokens * q_heads * head_dim, rng);
+        const auto k0 = random_vec(tokens * kv_heads * head_dim, rng);
+        const auto v = random_vec(tokens * kv_heads * head_dim, rng);
+        const float eps = 1e-6f;
+
+        auto q_sep = q0, k_sep = k0;
+        std::vector<float> kc_sep(cache_floats, 0.5f), vc_sep = kc_sep;
+        if (qk_norm) {
+          rms_norm(q_sep.data(), q_norm.data(), tokens * q_heads, head_dim, eps, q_sep.data());
+          rms_norm(k_sep.data(), k_norm.data(), tokens * kv_heads, head_dim, eps, k_sep.data());
+        }
+        rope(q_sep.data(), tokens, q_heads, head_dim, pos.data(), inv_freq.data(), rot_dim);
+        rope(k_sep.data(), tokens, kv_heads, head_dim, pos.data(), inv_freq.data(), rot_dim);
+        write_kv(k_sep.data(), v.data(), slots.data(), tokens, layout, kc_sep.data(),
+                 vc_sep.data());
+
+        auto q = q0, k = k0;
+        std::vector<float> kc(cache_floats, 0.5f), vc = kc;
+        AttentionInputs in;
+        in.q = q.data();
+        in.k = k.data();
+        in.v = v.data();
+        in.num_tokens = tokens;
+        in.num_q_heads = q_heads;
+        in.q_norm = qk_norm ? q_norm.data() : nullptr;
+        in.k_norm = qk_norm ? k_norm.data() : nullptr;
+        in.eps = eps;
+        in.positions = pos.data();
+        in.inv_freq = inv_freq.data();
+        in.rot_dim = rot_dim;
+        in.slot_mapping = slots.data();
+        prepare_attention_inputs(in, layout, kc.data(), vc.data());
+        const std::string what = "hd " + std::to_string(head_dim) + " rot " +
+                                 std::to_string(rot_dim) + (qk_norm ? " qk-norm" : "");
+        EXPECT_EQ(q, q_sep) << what;
+        EXPECT_EQ(k, k_sep) << what;
+        EXPECT_EQ(kc, kc_sep) << what;
+        EXPECT_EQ(vc, vc_sep) << what;
+        EXPECT_NE(q, q0) << what;  // it did rotate
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllSupported, RopeEmbeddingKv, ::testing::ValuesIn(supported_isas()),
                          isa_test_name);
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/cpu/rope_impl.h"
 #include "ops/ops.h"
 
 namespace pagoda::ops {
@@ -18,33 +19,13 @@ void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32
                head_dim);
   const int half = rot_dim / 2;
   parallel_for(num_tokens, 4, [&](int64_t t0, int64_t t1) {
-    float stack_buf[2 * 256];
-    float* cos_sin = stack_buf;
-    if (half > 256) {  // grown once per thread
-      thread_local std::vector<float> big;
-      if (static_cast<int>(big.size()) < 2 * half) big.resize(2 * half);
-      cos_sin = big.data();
-    }
-    float* cos_v = cos_sin;
-    float* sin_v = cos_sin + half;
+    cpu::RopeScratch scratch(half);
+    float* cos_v = scratch.cos_v();
+    float* sin_v = scratch.sin_v();
     for (int64_t t = t0; t < t1; ++t) {
-      // Angles in f32 (position * inv_freq) as HF forms them; cos/sin once
-      // per token, shared by every head.
-      for (int i = 0; i < half; ++i) {
-        const float angle = static_cast<float>(positions[t]) * inv_freq[i];
-        cos_v[i] = std::cos(angle);
-        sin_v[i] = std::sin(angle);
-      }
-      for (int h = 0; h < num_heads; ++h) {
-        float* v = x + (t * num_heads + h) * head_dim;
-        float* lo = v;
-        float* hi = v + half;
-        for (int i = 0; i < half; ++i) {
-          const float a = lo[i], b = hi[i];
-          lo[i] = a * cos_v[i] - b * sin_v[i];
-          hi[i] = b * cos_v[i] + a * sin_v[i];
-        }
-      }
+      cpu::rope_angles(positions[t], inv_freq, half, cos_v, sin_v);
+      for (int h = 0; h < num_heads; ++h)
+        cpu::rope_head(x + (t * num_heads + h) * head_dim, cos_v, sin_v, half);
     }
   });
 }

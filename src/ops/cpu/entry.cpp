@@ -94,44 +94,65 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
                  "paged_attention: sequence {} has {} new of {} keys, {} blocks max", s, num_new,
                  len, batch.max_blocks_per_seq);
   }
-  const int64_t items = int64_t{batch.query_start_loc[batch.num_seqs]} * num_q_heads;
+  // Tiles: up to kMaxTileQueries queries = tile_rows consecutive rows of a
+  // sequence x tile_heads q heads of one kv head, so K/V chunks are read
+  // once per tile. Work item = (row tile, kv head, head block).
   const int group = num_q_heads / kv_heads;
-  const int64_t slot_stride = int64_t{kv_heads} * hd;
-  const cpu::KernelTable& kt = cpu::active_kernels();
-  // Work item = (query row, q head); a thread's items are consecutive, so
-  // the owning sequence is found once and then advanced.
-  parallel_for(items, 2, [&](int64_t i0, int64_t i1) {
-    float stack_acc[512];
-    float* acc = stack_acc;
-    if (hd > 512) {  // grown once per thread, never in the steady state
-      thread_local std::vector<float> big;
-      if (static_cast<int64_t>(big.size()) < hd) big.resize(hd);
-      acc = big.data();
+  const int tile_heads = std::min(group, cpu::kMaxTileQueries);
+  const int head_blocks = (group + tile_heads - 1) / tile_heads;
+  const int tile_rows = std::max(1, cpu::kMaxTileQueries / tile_heads);
+  struct RowTile {
+    int seq, row0, rows;
+    int64_t keys;  // visible keys of its last row: its cost
+  };
+  // Grows only: no steady-state allocation. (A reference, so the pool's
+  // threads see this thread's list, not their own thread_local one.)
+  thread_local std::vector<RowTile> tile_list;
+  std::vector<RowTile>& tiles = tile_list;
+  tiles.clear();
+  const int32_t* qsl = batch.query_start_loc;
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    const int64_t num_new = qsl[s + 1] - qsl[s];
+    for (int64_t r = 0; r < num_new; r += tile_rows) {
+      const int rows = static_cast<int>(std::min<int64_t>(tile_rows, num_new - r));
+      int64_t keys = batch.seq_lens[s] - num_new + r + rows;
+      if (batch.sliding_window > 0) keys = std::min<int64_t>(keys, batch.sliding_window);
+      tiles.push_back({s, qsl[s] + static_cast<int>(r), rows, keys});
     }
-    const int32_t* qsl = batch.query_start_loc;
-    int s =
-        static_cast<int>(std::upper_bound(qsl, qsl + batch.num_seqs + 1, i0 / num_q_heads) - qsl) -
-        1;
+  }
+  // The costliest tiles first: the pool hands out chunks in order, so the
+  // threads finish together (causal prefill tiles grow with their row).
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const RowTile& x, const RowTile& y) { return x.keys > y.keys; });
+  const int64_t per_tile = int64_t{kv_heads} * head_blocks;
+  const int64_t slot_stride = int64_t{kv_heads} * hd;
+  const int64_t q_row_stride = int64_t{num_q_heads} * hd;
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  parallel_for(static_cast<int64_t>(tiles.size()) * per_tile, 1, [&](int64_t i0, int64_t i1) {
+    thread_local std::vector<float> scratch;  // grown once per thread
+    const auto scratch_size = static_cast<size_t>(cpu::attention_scratch_floats(hd));
+    if (scratch.size() < scratch_size) scratch.resize(scratch_size);
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t row = item / num_q_heads;
-      const int h = static_cast<int>(item % num_q_heads);
-      while (row >= qsl[s + 1]) ++s;  // skips sequences without new tokens
-      const int64_t num_new = qsl[s + 1] - qsl[s];
-      const int64_t last_key = batch.seq_lens[s] - num_new + (row - qsl[s]);
-      cpu::AttentionQuery a;
-      a.q = q + item * hd;
-      a.k_head = k_cache + int64_t{h / group} * hd;
-      a.v_head = v_cache + int64_t{h / group} * hd;
+      const RowTile& tile = tiles[item / per_tile];
+      const int kvh = static_cast<int>(item % per_tile / head_blocks);
+      const int h0 = kvh * group + static_cast<int>(item % head_blocks) * tile_heads;
+      const int64_t num_new = qsl[tile.seq + 1] - qsl[tile.seq];
+      cpu::AttentionTile a;
+      a.q = q + tile.row0 * q_row_stride + int64_t{h0} * hd;
+      a.out = out + tile.row0 * q_row_stride + int64_t{h0} * hd;
+      a.q_row_stride = q_row_stride;
+      a.rows = tile.rows;
+      a.heads = std::min(tile_heads, (kvh + 1) * group - h0);
+      a.k_head = k_cache + int64_t{kvh} * hd;
+      a.v_head = v_cache + int64_t{kvh} * hd;
       a.slot_stride = slot_stride;
-      a.block_table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+      a.block_table = batch.block_tables + int64_t{tile.seq} * batch.max_blocks_per_seq;
       a.block_size = bs;
       a.head_dim = hd;
-      a.last_key = last_key;
-      a.first_key =
-          batch.sliding_window > 0 ? std::max<int64_t>(0, last_key - batch.sliding_window + 1) : 0;
+      a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);
+      a.sliding_window = batch.sliding_window;
       a.scale = scale;
-      a.out = out + item * hd;
-      kt.attention(a, acc);
+      kt.attention(a, scratch.data());
     }
   });
 }

@@ -9,22 +9,31 @@
 
 namespace pagoda::ops::cpu {
 
-// One (query row, q head) of paged attention, with everything resolved to
-// pointers: key t of this sequence lives at slot
-// block_table[t / block_size] * block_size + t % block_size, and its K row
-// at k_head + slot * slot_stride (k_head already points at the kv head).
-struct AttentionQuery {
-  const float* q = nullptr;  // [head_dim]
+// A tile of paged attention: `rows` consecutive query rows of one sequence
+// times `heads` consecutive q heads that share one kv head, with
+// everything resolved to pointers. Query (r, h) is at q + r * q_row_stride
+// + h * head_dim and writes out at the same offset; row r sees keys up to
+// last_key + r (and, with a sliding window W > 0, from last_key + r - W + 1).
+// Key t lives at slot block_table[t / block_size] * block_size +
+// t % block_size, its K row at k_head + slot * slot_stride.
+struct AttentionTile {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int64_t q_row_stride = 0;  // num_q_heads * head_dim
+  int rows = 0, heads = 0;   // rows * heads <= kMaxTileQueries
   const float* k_head = nullptr;
   const float* v_head = nullptr;
   int64_t slot_stride = 0;  // num_kv_heads * head_dim
   const int32_t* block_table = nullptr;
   int block_size = 0;
   int head_dim = 0;
-  int64_t first_key = 0, last_key = 0;  // inclusive range of visible keys
+  int64_t last_key = 0;  // of row 0
+  int sliding_window = 0;
   float scale = 1.0f;
-  float* out = nullptr;  // [head_dim]
 };
+constexpr int kMaxTileQueries = 32;
+// Floats of scratch an attention tile of head_dim hd needs.
+constexpr int64_t attention_scratch_floats(int64_t hd) { return kMaxTileQueries * (hd + 18); }
 
 struct KernelTable {
   // y[:, n0:n1] = x[m, k] * w[n0:n1, k]^T (+ bias); y has row stride n
@@ -40,8 +49,8 @@ struct KernelTable {
                         int64_t r0, int64_t r1);
   void (*add_rms_norm_rows)(float* residual, const float* x, const float* weight, int64_t n,
                             float eps, float* y, int64_t r0, int64_t r1);
-  // One attention query; acc is scratch of head_dim floats.
-  void (*attention)(const AttentionQuery& a, float* acc);
+  // One attention tile; scratch holds attention_scratch_floats(head_dim).
+  void (*attention)(const AttentionTile& a, float* scratch);
   // bf16 x bf16 -> f32 linear (ISAs with a bf16 dot product; null on the
   // others, which widen bf16 weights to f32 in linear_bf16 instead): x is
   // already rounded to bf16 by bf16_rows (round-to-nearest-even), row

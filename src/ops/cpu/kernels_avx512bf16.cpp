@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/vec_avx512.h"
 
 #define PAGODA_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
@@ -40,29 +41,6 @@ PAGODA_BF16_TARGET inline __m512bh load_bh(const uint16_t* p) {
 PAGODA_BF16_TARGET inline __m512bh load_bh_tail(const uint16_t* p, int n) {
   const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << n) - 1);
   return (__m512bh)_mm512_maskz_loadu_epi16(mask, p);
-}
-
-// Horizontal sums of four accumulators at once, each by the one tree every
-// output uses (lanes i and i+8, then i and i+4 of those, then j and j^2,
-// then j and j^1): sharing the shuffles between four outputs costs ~3
-// instructions an output instead of 8, and an output's sum does not
-// depend on which accumulators it was grouped with (unused slots are 0).
-PAGODA_BF16_TARGET inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  constexpr __mmask16 kAll = 0xffff;
-  // Step 1: [a.lo + a.hi, b.lo + b.hi] (256-bit halves); same for c, d.
-  const __m512 ab = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_maskz_shuffle_f32x4(kAll, a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 cd = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, c, d, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_maskz_shuffle_f32x4(kAll, c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-  // Step 2: 128-bit block q holds the four partial sums of output q.
-  __m512 s = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                           _mm512_maskz_shuffle_f32x4(kAll, ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-  // Steps 3 and 4 within each block.
-  s = _mm512_add_ps(s, _mm512_maskz_permute_ps(kAll, s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm512_add_ps(s, _mm512_maskz_permute_ps(kAll, s, _MM_SHUFFLE(2, 3, 0, 1)));
-  // Lane 0 of each block.
-  const __m512i lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-  return _mm512_maskz_extractf32x4_ps(0xf, _mm512_maskz_permutexvar_ps(kAll, lanes, s), 0);
 }
 
 // y[r * ldy + c] for R activation rows x (bf16, row stride k) and C weight
@@ -113,7 +91,7 @@ PAGODA_BF16_TARGET inline void dot_tile(const uint16_t* x, const uint16_t* w, in
       const __m512 a1 = c + 1 < C ? acc[r][c + 1] : z;
       const __m512 a2 = c + 2 < C ? acc[r][c + 2] : z;
       const __m512 a3 = c + 3 < C ? acc[r][c + 3] : z;
-      __m128 s = hsum4(acc[r][c], a1, a2, a3);
+      __m128 s = avx512::hsum4(acc[r][c], a1, a2, a3);
       const int count = C - c < 4 ? C - c : 4;
       const __mmask8 mask = static_cast<__mmask8>((1u << count) - 1);
       if (bias) s = _mm_add_ps(s, _mm_maskz_loadu_ps(mask, bias + c));

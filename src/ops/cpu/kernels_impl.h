@@ -14,8 +14,6 @@
 namespace pagoda::ops::PAGODA_ISA {
 namespace {
 
-using cpu::AttentionQuery;
-
 #ifndef PAGODA_PREFETCH_NEXT_TILE  // build-time switch for A/B benchmarks
 #define PAGODA_PREFETCH_NEXT_TILE 1
 #endif
@@ -176,52 +174,233 @@ PAGODA_TARGET inline void scale(const float* x, float s, float* y, int64_t n) {
   }
 }
 
-// acc[i] += p * v[i]
-PAGODA_TARGET inline void axpy(float* acc, float p, const float* v, int64_t n) {
-  const Vec pv = vset1(p);
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) vstore(acc + i, vfma(pv, vload(v + i), vload(acc + i)));
-  if (i < n) {
-    const int t = static_cast<int>(n - i);
-    vstore_tail(acc + i, vfma(pv, vload_tail(v + i, t), vload_tail(acc + i, t)), t);
+// ---- Paged attention ---------------------------------------------------
+// Keys are visited in the chunks of one fixed grid (each block's keys in
+// runs of kKeyChunk from its start), every chunk clipped to the keys a
+// query sees, and a query's scores, softmax and output are each one chain
+// whose steps depend only on its own position. So a query's output does not
+// depend on the other queries of its tile: a decode row equals the same row
+// inside a prefill, bit for bit. A tile shares each chunk's K/V reads (from
+// memory once, then from L1) between all its queries.
+constexpr int kKeyChunk = 16;
+static_assert(cpu::attention_scratch_floats(0) == cpu::kMaxTileQueries * (kKeyChunk + 2));
+// Query rows per score block: 4 x 4 accumulators on AVX-512's 32
+// registers, 2 x 4 on AVX2's 16.
+constexpr int kScoreQueries = kLanes >= 16 ? 4 : 2;
+// Query rows x head_dim vectors per P.V block (accumulators in registers).
+constexpr int kValueQueries = 4, kValueVecs = kLanes >= 16 ? 4 : 2;
+
+// e^x by range reduction: x = n ln2 + r with |r| <= ln2 / 2, e^r by its
+// degree-6 Taylor polynomial (relative error ~1.2e-7), times 2^n. x is
+// clamped to [-87, 88], where 2^n stays a normal float.
+PAGODA_TARGET inline Vec vexp(Vec x) {
+  x = vmax(vmin(x, vset1(88.0f)), vset1(-87.0f));
+  const Vec n = vround(vmul(x, vset1(1.44269504f)));
+  Vec r = vfma(n, vset1(-0.693145751953125f), x);  // ln2 in two parts: the
+  r = vfma(n, vset1(-1.428606765330187e-06f), r);  // first times n is exact
+  Vec p = vset1(1.0f / 720);
+  p = vfma(p, r, vset1(1.0f / 120));
+  p = vfma(p, r, vset1(1.0f / 24));
+  p = vfma(p, r, vset1(1.0f / 6));
+  p = vfma(p, r, vset1(0.5f));
+  p = vfma(p, r, vset1(1.0f));
+  p = vfma(p, r, vset1(1.0f));
+  return vldexp(p, n);
+}
+
+// s[i][c] = scale * q_i . k_c for NQ queries and 4 keys: one accumulator
+// chain over head_dim per pair, then the vsum tree.
+template <int NQ>
+PAGODA_TARGET inline void score_block(const float* const* q, const float* const* k, int hd,
+                                      float scale, float* const* s, int c0) {
+  Vec acc[NQ][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[i][c] = vzero();
+  }
+  int d = 0;
+  for (; d + kLanes <= hd; d += kLanes) {
+    Vec kv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) kv[c] = vload(k[c] + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i) {
+      const Vec qv = vload(q[i] + d);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[i][c] = vfma(qv, kv[c], acc[i][c]);
+    }
+  }
+  if (d < hd) {  // zero-padded lanes add exact zeros
+    const int t = hd - d;
+    Vec kv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) kv[c] = vload_tail(k[c] + d, t);
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i) {
+      const Vec qv = vload_tail(q[i] + d, t);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[i][c] = vfma(qv, kv[c], acc[i][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i) {
+    float sum[4];
+    vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], sum);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) s[i][c0 + c] = sum[c] * scale;
   }
 }
 
-// Online softmax over the visible keys, read a chunk of a block at a time:
-// score the chunk, rescale the running sum once per chunk, then accumulate
-// the chunk's V rows.
-PAGODA_TARGET void attention(const AttentionQuery& a, float* acc) {
-  constexpr int kChunk = 32;
-  const int hd = a.head_dim, bs = a.block_size;
-  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
-  float running_max = -__builtin_inff(), denom = 0.0f;
-  float scores[kChunk];
-  for (int64_t t = a.first_key; t <= a.last_key;) {
-    const int64_t offset = t % bs;
-    int64_t count = bs - offset;
-    if (count > a.last_key - t + 1) count = a.last_key - t + 1;
-    if (count > kChunk) count = kChunk;
-    const int64_t slot0 = int64_t{a.block_table[t / bs]} * bs + offset;
-    float chunk_max = -__builtin_inff();
-    for (int64_t j = 0; j < count; ++j) {
-      scores[j] = dot(a.q, a.k_head + (slot0 + j) * a.slot_stride, hd) * a.scale;
-      chunk_max = scores[j] > chunk_max ? scores[j] : chunk_max;
-    }
-    if (chunk_max > running_max) {
-      // exp(-inf) = 0 on the first chunk, where acc and denom are still 0.
-      const float correction = __builtin_expf(running_max - chunk_max);
-      running_max = chunk_max;
-      denom *= correction;
-      scale(acc, correction, acc, hd);
-    }
-    for (int64_t j = 0; j < count; ++j) {
-      const float p = __builtin_expf(scores[j] - running_max);
-      denom += p;
-      axpy(acc, p, a.v_head + (slot0 + j) * a.slot_stride, hd);
-    }
-    t += count;
+// acc_i[d0, d0 + NV * kLanes) += sum_j p_i[j] v_j over the chunk's keys j,
+// in key order (zero weights add exact zeros); TAIL: the last t < kLanes
+// lanes of head_dim instead (NV = 1).
+template <int NQ, int NV, bool TAIL = false>
+PAGODA_TARGET inline void value_block(const float* const* p, const float* v, int64_t stride,
+                                      int count, float* const* acc, int d0, int t = kLanes) {
+  Vec a[NQ][NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c)
+      a[i][c] = TAIL ? vload_tail(acc[i] + d0, t) : vload(acc[i] + d0 + c * kLanes);
   }
-  scale(acc, 1.0f / denom, a.out, hd);
+  for (int j = 0; j < count; ++j) {
+    const float* vj = v + j * stride + d0;
+    Vec vv[NV];
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) vv[c] = TAIL ? vload_tail(vj, t) : vload(vj + c * kLanes);
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i) {
+      const Vec pi = vset1(p[i][j]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; ++c) a[i][c] = vfma(pi, vv[c], a[i][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) {
+      if (TAIL) {
+        vstore_tail(acc[i] + d0, a[i][c], t);
+      } else {
+        vstore(acc[i] + d0 + c * kLanes, a[i][c]);
+      }
+    }
+  }
+}
+
+template <int NQ>
+PAGODA_TARGET inline void value_rows(const float* const* p, const float* v, int64_t stride,
+                                     int count, float* const* acc, int hd) {
+  int d = 0;
+  for (; d + kValueVecs * kLanes <= hd; d += kValueVecs * kLanes)
+    value_block<NQ, kValueVecs>(p, v, stride, count, acc, d);
+  for (; d + kLanes <= hd; d += kLanes) value_block<NQ, 1>(p, v, stride, count, acc, d);
+  if (d < hd) value_block<NQ, 1, true>(p, v, stride, count, acc, d, hd - d);
+}
+
+// The queries of a tile that see at least one key of the current chunk.
+struct ActiveQueries {
+  int count = 0;
+  const float* q[cpu::kMaxTileQueries];
+  float* s[cpu::kMaxTileQueries];                          // scores, then weights, of the chunk
+  float* acc[cpu::kMaxTileQueries];                        // unnormalised output
+  int index[cpu::kMaxTileQueries];                         // query number in the tile
+  int lo[cpu::kMaxTileQueries], hi[cpu::kMaxTileQueries];  // visible keys of the chunk
+};
+
+// Online softmax of one query over one chunk: rescale the running sum and
+// output when the maximum grows, turn scores s[lo..hi] into weights (zero
+// outside), add them to the denominator in key order.
+PAGODA_TARGET inline void softmax_chunk(float* s, int count, int lo, int hi, float* acc, int hd,
+                                        float& running_max, float& denom) {
+  float chunk_max = s[lo];
+  for (int j = lo + 1; j <= hi; ++j) chunk_max = s[j] > chunk_max ? s[j] : chunk_max;
+  if (chunk_max > running_max) {
+    // exp(-inf) = 0 on the query's first chunk, where acc and denom are 0.
+    const float correction = __builtin_expf(running_max - chunk_max);
+    running_max = chunk_max;
+    denom *= correction;
+    scale(acc, correction, acc, hd);
+  }
+  const Vec minus_max = vset1(-running_max);
+  int j = 0;
+  for (; j + kLanes <= count; j += kLanes) vstore(s + j, vexp(vadd(vload(s + j), minus_max)));
+  if (j < count) {
+    const int t = count - j;
+    vstore_tail(s + j, vexp(vadd(vload_tail(s + j, t), minus_max)), t);
+  }
+  for (j = 0; j < lo; ++j) s[j] = 0.0f;
+  for (j = hi + 1; j < count; ++j) s[j] = 0.0f;
+  for (j = lo; j <= hi; ++j) denom += s[j];
+}
+
+PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
+  const int hd = a.head_dim, bs = a.block_size, nq = a.rows * a.heads;
+  float* acc = scratch;                          // [nq][hd]
+  float* scores = acc + nq * hd;                 // [nq][kKeyChunk]
+  float* running_max = scores + nq * kKeyChunk;  // [nq]
+  float* denom = running_max + nq;               // [nq]
+  for (int i = 0; i < nq * hd; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < nq; ++i) running_max[i] = -__builtin_inff(), denom[i] = 0.0f;
+  const int64_t window = a.sliding_window;
+  auto first_key = [window](int64_t last) {
+    return window > 0 && last - window + 1 > 0 ? last - window + 1 : int64_t{0};
+  };
+  const int64_t last_tile_key = a.last_key + a.rows - 1;
+  ActiveQueries act;
+  for (int64_t t = first_key(a.last_key); t <= last_tile_key;) {
+    const int64_t offset = t % bs;
+    const int64_t cell = offset / kKeyChunk * kKeyChunk;  // the grid cell of t
+    int64_t end = t - offset + (cell + kKeyChunk < bs ? cell + kKeyChunk : bs);
+    if (end > last_tile_key + 1) end = last_tile_key + 1;
+    const int count = static_cast<int>(end - t);
+    const int64_t slot0 = int64_t{a.block_table[t / bs]} * bs + offset;
+    const float* k0 = a.k_head + slot0 * a.slot_stride;
+    const float* v0 = a.v_head + slot0 * a.slot_stride;
+
+    act.count = 0;
+    for (int r = 0; r < a.rows; ++r) {
+      const int64_t last = a.last_key + r, first = first_key(last);
+      if (last < t || first >= end) continue;
+      for (int h = 0; h < a.heads; ++h) {
+        const int i = r * a.heads + h, n = act.count++;
+        act.index[n] = i;
+        act.q[n] = a.q + r * a.q_row_stride + h * hd;
+        act.s[n] = scores + i * kKeyChunk;
+        act.acc[n] = acc + int64_t{i} * hd;
+        act.lo[n] = static_cast<int>((first > t ? first : t) - t);
+        act.hi[n] = static_cast<int>((last < end - 1 ? last : end - 1) - t);
+      }
+    }
+    // Scores, 4 keys at a time (keys past the chunk repeat its last key).
+    for (int c0 = 0; c0 < count; c0 += 4) {
+      const float* k[4];
+      for (int c = 0; c < 4; ++c) k[c] = k0 + (c0 + c < count ? c0 + c : count - 1) * a.slot_stride;
+      int i = 0;
+      for (; i + kScoreQueries <= act.count; i += kScoreQueries)
+        score_block<kScoreQueries>(act.q + i, k, hd, a.scale, act.s + i, c0);
+      for (; i < act.count; ++i) score_block<1>(act.q + i, k, hd, a.scale, act.s + i, c0);
+    }
+    for (int n = 0; n < act.count; ++n) {
+      const int i = act.index[n];
+      softmax_chunk(act.s[n], count, act.lo[n], act.hi[n], act.acc[n], hd, running_max[i],
+                    denom[i]);
+    }
+    int n = 0;
+    const float* const* p = act.s;
+    for (; n + kValueQueries <= act.count; n += kValueQueries)
+      value_rows<kValueQueries>(p + n, v0, a.slot_stride, count, act.acc + n, hd);
+    for (; n < act.count; ++n) value_rows<1>(p + n, v0, a.slot_stride, count, act.acc + n, hd);
+    t = end;
+  }
+  for (int r = 0; r < a.rows; ++r) {
+    for (int h = 0; h < a.heads; ++h) {
+      const int i = r * a.heads + h;
+      scale(acc + int64_t{i} * hd, 1.0f / denom[i], a.out + r * a.q_row_stride + h * hd, hd);
+    }
+  }
 }
 
 }  // namespace

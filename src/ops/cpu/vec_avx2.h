@@ -55,4 +55,24 @@ PAGODA_TARGET inline float vsum(Vec a) {
   return _mm_cvtss_f32(s);
 }
 
+PAGODA_TARGET inline void vsum4(Vec a, Vec b, Vec c, Vec d, float* out) {
+  out[0] = vsum(a);
+  out[1] = vsum(b);
+  out[2] = vsum(c);
+  out[3] = vsum(d);
+}
+
+PAGODA_TARGET inline Vec vmin(Vec a, Vec b) { return _mm256_min_ps(a, b); }
+PAGODA_TARGET inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+// Round to the nearest integer (ties to even), as a float.
+PAGODA_TARGET inline Vec vround(Vec a) {
+  return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// a * 2^n for integral n in [-126, 127]: 2^n built in the exponent field.
+PAGODA_TARGET inline Vec vldexp(Vec a, Vec n) {
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(a, _mm256_castsi256_ps(bits));
+}
+
 }  // namespace pagoda::ops::avx2

@@ -50,8 +50,42 @@ PAGODA_TARGET inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b
 PAGODA_TARGET inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 PAGODA_TARGET inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 
+// Full-mask maskz forms: GCC 12's unmasked ones pass _mm512_undefined_ps()
+// and trip -Wmaybe-uninitialized.
+PAGODA_TARGET inline Vec vmin(Vec a, Vec b) { return _mm512_maskz_min_ps(0xffff, a, b); }
+PAGODA_TARGET inline Vec vmax(Vec a, Vec b) { return _mm512_maskz_max_ps(0xffff, a, b); }
+// Round to the nearest integer (ties to even), as a float.
+PAGODA_TARGET inline Vec vround(Vec a) {
+  return _mm512_maskz_roundscale_ps(0xffff, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// a * 2^n for integral n in [-126, 127].
+PAGODA_TARGET inline Vec vldexp(Vec a, Vec n) { return _mm512_maskz_scalef_ps(0xffff, a, n); }
+
+// Horizontal sums of four accumulators at once, each by the one tree vsum
+// uses (lanes i and i+8, then i and i+4 of those, then j and j^2, then j
+// and j^1): sharing the shuffles between four outputs costs ~3
+// instructions an output instead of 8, and an output's sum does not
+// depend on which accumulators it was grouped with.
 // Zero-masked shuffles with a full mask: GCC 12's unmasked forms (and the
 // 512 -> 256 casts) pass _mm512_undefined_ps() and trip -Wuninitialized.
+PAGODA_TARGET inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  constexpr __mmask16 kAll = 0xffff;
+  // Step 1: [a.lo + a.hi, b.lo + b.hi] (256-bit halves); same for c, d.
+  const __m512 ab = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_maskz_shuffle_f32x4(kAll, a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_maskz_shuffle_f32x4(kAll, c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Step 2: 128-bit block q holds the four partial sums of output q.
+  __m512 s = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_maskz_shuffle_f32x4(kAll, ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  // Steps 3 and 4 within each block.
+  s = _mm512_add_ps(s, _mm512_maskz_permute_ps(kAll, s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm512_add_ps(s, _mm512_maskz_permute_ps(kAll, s, _MM_SHUFFLE(2, 3, 0, 1)));
+  // Lane 0 of each block.
+  const __m512i lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+  return _mm512_maskz_extractf32x4_ps(0xf, _mm512_maskz_permutexvar_ps(kAll, lanes, s), 0);
+}
+
 PAGODA_TARGET inline float vsum(Vec a) {
   constexpr __mmask16 kAll = 0xffff;
   a = _mm512_add_ps(a, _mm512_maskz_shuffle_f32x4(kAll, a, a, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -59,6 +93,9 @@ PAGODA_TARGET inline float vsum(Vec a) {
   a = _mm512_add_ps(a, _mm512_maskz_permute_ps(kAll, a, _MM_SHUFFLE(1, 0, 3, 2)));
   a = _mm512_add_ps(a, _mm512_maskz_permute_ps(kAll, a, _MM_SHUFFLE(2, 3, 0, 1)));
   return _mm512_cvtss_f32(a);
+}
+PAGODA_TARGET inline void vsum4(Vec a, Vec b, Vec c, Vec d, float* out) {
+  _mm_storeu_ps(out, hsum4(a, b, c, d));
 }
 
 }  // namespace pagoda::ops::avx512

@@ -60,4 +60,24 @@ inline Vec vmul(Vec a, Vec b) { return a * b; }
 
 inline float vsum(Vec a) { return (a[0] + a[2]) + (a[1] + a[3]); }
 
+inline void vsum4(Vec a, Vec b, Vec c, Vec d, float* out) {
+  out[0] = vsum(a);
+  out[1] = vsum(b);
+  out[2] = vsum(c);
+  out[3] = vsum(d);
+}
+
+inline Vec vmin(Vec a, Vec b) { return a < b ? a : b; }
+inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
+// Round to the nearest integer (ties to even), as a float.
+inline Vec vround(Vec a) {
+  for (int i = 0; i < kLanes; ++i) a[i] = __builtin_roundevenf(a[i]);
+  return a;
+}
+// a * 2^n for integral n in [-126, 127].
+inline Vec vldexp(Vec a, Vec n) {
+  for (int i = 0; i < kLanes; ++i) a[i] = __builtin_ldexpf(a[i], static_cast<int>(n[i]));
+  return a;
+}
+
 }  // namespace pagoda::ops::scalar

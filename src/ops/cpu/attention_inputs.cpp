@@ -1,0 +1,44 @@
+// prepare_attention_inputs: qk-norm, RoPE and the KV-cache write of each
+// token in one pass (ops.h), with the same kernels as the separate ops.
+#include <cstring>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/rope_impl.h"
+#include "ops/ops.h"
+
+namespace pagoda::ops {
+
+void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout, float* k_cache,
+                              float* v_cache) {
+  const int hd = layout.head_dim, kv_heads = layout.num_kv_heads;
+  PAGODA_CHECK(
+      in.rot_dim % 2 == 0 && in.rot_dim <= hd && (in.q_norm == nullptr) == (in.k_norm == nullptr),
+      "prepare_attention_inputs: rot_dim {} head_dim {}", in.rot_dim, hd);
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  const int half = in.rot_dim / 2;
+  const int64_t kv_row = int64_t{kv_heads} * hd;
+  parallel_for(in.num_tokens, 4, [&](int64_t t0, int64_t t1) {
+    cpu::RopeScratch scratch(half);
+    float* cos_v = scratch.cos_v();
+    float* sin_v = scratch.sin_v();
+    for (int64_t t = t0; t < t1; ++t) {
+      float* q = in.q + t * in.num_q_heads * hd;
+      float* k = in.k + t * kv_row;
+      if (in.q_norm) {  // heads are rows of head_dim: rms_norm's own kernel
+        kt.rms_norm_rows(q, in.q_norm, hd, in.eps, q, 0, in.num_q_heads);
+        kt.rms_norm_rows(k, in.k_norm, hd, in.eps, k, 0, kv_heads);
+      }
+      cpu::rope_angles(in.positions[t], in.inv_freq, half, cos_v, sin_v);
+      for (int h = 0; h < in.num_q_heads; ++h) cpu::rope_head(q + h * hd, cos_v, sin_v, half);
+      for (int h = 0; h < kv_heads; ++h) cpu::rope_head(k + h * hd, cos_v, sin_v, half);
+      const int64_t slot = in.slot_mapping[t];
+      if (slot < 0) continue;  // padding token
+      std::memcpy(k_cache + slot * kv_row, k, kv_row * sizeof(float));
+      std::memcpy(v_cache + slot * kv_row, in.v + t * kv_row, kv_row * sizeof(float));
+    }
+  });
+}
+
+}  // namespace pagoda::ops
