@@ -228,9 +228,10 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
   const ModelConfig& c = config_;
   const int hd = static_cast<int>(c.head_dim);
   const int q_heads = static_cast<int>(shard_.q_heads);
-  ops::linear(ws_.hidden.data(), tokens, w.q, w.q_bias, ws_.q.data());
-  ops::linear(ws_.hidden.data(), tokens, w.k, w.k_bias, ws_.k.data());
-  ops::linear(ws_.hidden.data(), tokens, w.v, w.v_bias, ws_.v.data());
+  const ops::LinearOutput qkv[3] = {{&w.q, w.q_bias, ws_.q.data()},
+                                    {&w.k, w.k_bias, ws_.k.data()},
+                                    {&w.v, w.v_bias, ws_.v.data()}};
+  ops::linear_multi(ws_.hidden.data(), tokens, qkv, 3);
   ops::AttentionInputs in;
   in.q = ws_.q.data();
   in.k = ws_.k.data();
@@ -331,8 +332,9 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
     ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
                       ws_.hidden.data());
     const int64_t inter = shard_.intermediate;
-    ops::linear(ws_.hidden.data(), tokens, w.gate, nullptr, ws_.gate_up.data(), 2 * inter);
-    ops::linear(ws_.hidden.data(), tokens, w.up, nullptr, ws_.gate_up.data() + inter, 2 * inter);
+    const ops::LinearOutput gate_up[2] = {{&w.gate, nullptr, ws_.gate_up.data(), 2 * inter},
+                                          {&w.up, nullptr, ws_.gate_up.data() + inter, 2 * inter}};
+    ops::linear_multi(ws_.hidden.data(), tokens, gate_up, 2);
     ops::silu_mul(ws_.gate_up.data(), tokens, inter, ws_.act.data());
     ops::linear(ws_.act.data(), tokens, w.down, nullptr, ws_.proj.data());
     comm_.all_reduce_sum(ws_.proj.data(), tokens * h);  // row-parallel down_proj

@@ -35,6 +35,20 @@ struct Matrix {
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
             int64_t ldy = 0);
 
+// Several linears of one input x (q/k/v, gate/up): x is prepared once (bf16
+// rounding) and one thread split covers all their output columns, so the
+// threads meet once instead of once per matrix. Each output equals what
+// linear() gives for it, bit for bit. At most kMaxLinearOutputs outputs,
+// all with x's width as their cols.
+struct LinearOutput {
+  const Matrix* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t ldy = 0;  // 0: w->rows
+};
+constexpr int kMaxLinearOutputs = 4;
+void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count);
+
 // y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight; rows of length n.
 // y may alias x.
 void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y);

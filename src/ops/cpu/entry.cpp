@@ -36,32 +36,58 @@ const uint16_t* bf16_activations(const cpu::KernelTable& kt, const float* x, int
 }  // namespace
 
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y, int64_t ldy) {
-  if (m <= 0 || w.rows <= 0) return;
-  if (w.dtype == DType::I8) return cpu::linear_i8(x, m, w, bias, y, ldy);
-  PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "linear: weight dtype {}",
-               dtype_name(w.dtype));
-  if (ldy == 0) ldy = w.rows;
-  PAGODA_CHECK(ldy >= w.rows, "linear: output stride {} < {} rows", ldy, w.rows);
+  const LinearOutput out{&w, bias, y, ldy};
+  linear_multi(x, m, &out, 1);
+}
+
+void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count) {
+  PAGODA_CHECK(count >= 1 && count <= kMaxLinearOutputs, "linear_multi: {} outputs", count);
+  if (m <= 0) return;
+  const int64_t k = outs[0].w->cols;
+  bool all_bf16 = true;
+  for (int i = 0; i < count; ++i) {
+    const Matrix& w = *outs[i].w;
+    PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8,
+                 "linear: weight dtype {}", dtype_name(w.dtype));
+    PAGODA_CHECK(w.cols == k, "linear_multi: output {} has {} cols, x has {}", i, w.cols, k);
+    PAGODA_CHECK(outs[i].ldy == 0 || outs[i].ldy >= w.rows, "linear: output stride {} < {} rows",
+                 outs[i].ldy, w.rows);
+    all_bf16 = all_bf16 && w.dtype == DType::BF16;
+  }
+  for (int i = 0; i < count; ++i) {  // int8 weights quantize x themselves
+    const LinearOutput& o = outs[i];
+    if (o.w->dtype == DType::I8 && o.w->rows > 0) cpu::linear_i8(x, m, *o.w, o.bias, o.y, o.ldy);
+  }
   const cpu::KernelTable& kt = cpu::active_kernels();
-  const int64_t n = w.rows, k = w.cols;
-  const int64_t units = (n + kColumnUnit - 1) / kColumnUnit;
+  const bool bf16_dot = all_bf16 && kt.linear_bf16_dot;
+  const uint16_t* xb = bf16_dot ? bf16_activations(kt, x, m, k) : nullptr;
+  // Output i owns units [unit_begin[i], unit_begin[i + 1]) of the split.
+  int64_t unit_begin[kMaxLinearOutputs + 1] = {0};
+  for (int i = 0; i < count; ++i) {
+    const int64_t rows = outs[i].w->dtype == DType::I8 ? 0 : outs[i].w->rows;
+    unit_begin[i + 1] = unit_begin[i] + (rows + kColumnUnit - 1) / kColumnUnit;
+  }
+  const int64_t units = unit_begin[count];
+  if (units == 0) return;
   // Split output columns: each thread streams its own slice of the weights
   // once. A unit is worth a thread when it carries ~64K multiply-adds.
   const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kColumnUnit * k * m));
-  if (w.dtype == DType::BF16 && kt.linear_bf16_dot) {
-    const uint16_t* xb = bf16_activations(kt, x, m, k);
-    parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
-      const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
-      kt.linear_bf16_dot(xb, m, static_cast<const uint16_t*>(w.data), k, ldy, bias, y, n0, n1);
-    });
-    return;
-  }
   parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
-    const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
-    if (w.dtype == DType::BF16) {
-      kt.linear_bf16(x, m, static_cast<const uint16_t*>(w.data), k, ldy, bias, y, n0, n1);
-    } else {
-      kt.linear_f32(x, m, static_cast<const float*>(w.data), k, ldy, bias, y, n0, n1);
+    for (int i = 0; i < count; ++i) {
+      const int64_t lo = std::max(u0, unit_begin[i]), hi = std::min(u1, unit_begin[i + 1]);
+      if (lo >= hi) continue;
+      const LinearOutput& o = outs[i];
+      const int64_t n = o.w->rows, ldy = o.ldy ? o.ldy : n;
+      const int64_t n0 = (lo - unit_begin[i]) * kColumnUnit;
+      const int64_t n1 = std::min(n, (hi - unit_begin[i]) * kColumnUnit);
+      if (bf16_dot) {
+        kt.linear_bf16_dot(xb, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0,
+                           n1);
+      } else if (o.w->dtype == DType::BF16) {
+        kt.linear_bf16(x, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0, n1);
+      } else {
+        kt.linear_f32(x, m, static_cast<const float*>(o.w->data), k, ldy, o.bias, o.y, n0, n1);
+      }
     }
   });
 }
