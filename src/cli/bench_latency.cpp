@@ -18,17 +18,11 @@ namespace pagoda::cli {
 
 namespace {
 
-struct LatencyArgs {
-  std::string model;
-  int input_len = 128;
-  int output_len = 128;
+struct LatencyArgs : BenchModelArgs {
   int batch = 1;
   int repeats = 5;
   int warmup = 1;
-  uint64_t seed = 0;
-  bool json = false;
   bool no_roofline = false;
-  EngineOptions engine;
 };
 
 struct Run {
@@ -179,15 +173,7 @@ Runner add_bench_latency(CLI::App& bench) {
   auto args = std::make_shared<LatencyArgs>();
   CLI::App* cmd = bench.add_subcommand(
       "latency", "Prefill and decode speed of one batch, against the machine's roofline");
-  cmd->add_option("--model,-m", args->model, "Model directory")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  cmd->add_option("--input-len", args->input_len, "Prompt tokens per request")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--output-len", args->output_len, "Generated tokens per request")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
+  add_bench_model_flags(cmd, args.get());
   cmd->add_option("--batch", args->batch, "Requests run together")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -197,9 +183,7 @@ Runner add_bench_latency(CLI::App& bench) {
   cmd->add_option("--warmup", args->warmup, "Unmeasured runs first")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the synthetic prompts")->capture_default_str();
   cmd->add_flag("--no-roofline", args->no_roofline, "Skip measuring the roofline");
-  cmd->add_flag("--json", args->json, "Print one JSON object");
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_latency(*args); });
