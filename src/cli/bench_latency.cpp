@@ -97,8 +97,12 @@ int run_latency(LatencyArgs& a) {
     }
   }
   const double med_prefill = median(prefill_tps);
-  const double med_decode = decode_tps.empty() ? 0 : median(decode_tps);
-  const double med_step_ms = step_ms.empty() ? 0 : median(step_ms);
+  // --output-len 1 has no decode step: its decode speed is not measured
+  // (null in JSON), rather than 0 or a division by 0.
+  const bool decoded = !decode_tps.empty();
+  const double med_decode = decoded ? median(decode_tps) : 0;
+  const double med_step_ms = decoded ? median(step_ms) : 0;
+  auto if_decoded = [decoded](double v) { return decoded ? nlohmann::json(v) : nlohmann::json(); };
 
   // Decode step: the weights once, plus every sequence's K/V (f32) at its
   // mean context length over the decode.
@@ -117,8 +121,8 @@ int run_latency(LatencyArgs& a) {
                       {"quantization", quantization_name(a.engine.quantization)},
                       {"weights", weights_summary(engine)},
                       {"prefill_tokens_per_s", med_prefill},
-                      {"decode_tokens_per_s", med_decode},
-                      {"decode_ms_per_step", med_step_ms},
+                      {"decode_tokens_per_s", if_decoded(med_decode)},
+                      {"decode_ms_per_step", if_decoded(med_step_ms)},
                       {"weight_bytes_per_step", weight_bytes},
                       {"decode_bytes_per_step", step_bytes},
                       {"prefill_flops_per_token", flops_per_token},
@@ -134,7 +138,8 @@ int run_latency(LatencyArgs& a) {
     prefill_roof_fp32 = roof.fp32_gflops * 1e9 / flops_per_token;
     j["roofline"] = roofline_json(roof);
     j["decode_roofline_ms_per_step"] = decode_roof_ms;
-    j["decode_fraction_of_roofline"] = med_step_ms > 0 ? decode_roof_ms / med_step_ms : 0;
+    j["decode_fraction_of_roofline"] =
+        if_decoded(med_step_ms > 0 ? decode_roof_ms / med_step_ms : 0);
     j["prefill_roofline_tokens_per_s_bf16"] = prefill_roof_bf16;
     j["prefill_fraction_of_bf16_peak"] =
         prefill_roof_bf16 > 0 ? med_prefill / prefill_roof_bf16 : 0;
@@ -150,13 +155,19 @@ int run_latency(LatencyArgs& a) {
   std::printf("prefill: %.1f tokens/s (%.2f GFLOP/token)\n", med_prefill, flops_per_token * 1e-9);
   std::printf("weights: %s, %.1f MB read per decode step\n", weights_summary(engine).c_str(),
               weight_bytes * 1e-6);
-  std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
-              step_bytes * 1e-6);
+  if (decoded) {
+    std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
+                step_bytes * 1e-6);
+  } else {
+    std::printf("decode:  not measured (no decode step with --output-len 1)\n");
+  }
   if (!a.no_roofline) {
     std::printf("roofline: read %.1f GB/s, fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s, int8 %.0f GOP/s\n",
                 roof.read_gb_per_s, roof.fp32_gflops, roof.bf16_gflops, roof.int8_gops);
-    std::printf("decode at %.1f%% of the bandwidth roofline (%.2f ms/step)\n",
-                100 * decode_roof_ms / med_step_ms, decode_roof_ms);
+    if (decoded) {
+      std::printf("decode at %.1f%% of the bandwidth roofline (%.2f ms/step)\n",
+                  100 * decode_roof_ms / med_step_ms, decode_roof_ms);
+    }
     std::printf("prefill at %.1f%% of bf16 peak (%.0f tokens/s), %.1f%% of fp32 peak\n",
                 100 * med_prefill / prefill_roof_bf16, prefill_roof_bf16,
                 100 * med_prefill / prefill_roof_fp32);
