@@ -26,10 +26,12 @@ PAGODA_AVX512 float hsum(const __m512& v) {
   return s;
 }
 
-PAGODA_AVX512 int32_t hsum(const __m512i& v) {
+// In int64: the int8 probe's lanes wrap around over a long run and their
+// int32 sum would overflow (undefined behaviour, caught by UBSan).
+PAGODA_AVX512 int64_t hsum(const __m512i& v) {
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, v);
-  int32_t s = 0;
+  int64_t s = 0;
   for (int32_t x : lanes) s += x;
   return s;
 }
@@ -76,7 +78,7 @@ PAGODA_AVX512BF16 __attribute__((flatten)) double bf16_loop(int64_t iters) {
 
 PAGODA_AVX512VNNI __attribute__((flatten)) double int8_loop(int64_t iters) {
   const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-1);
-  const int32_t sum = run_chains<__m512i>(
+  const int64_t sum = run_chains<__m512i>(
       iters, [&](__m512i& x) PAGODA_AVX512VNNI { x = _mm512_dpbusd_epi32(x, a, b); });
   return sum != 1 ? 2.0 * 64 * kChains * static_cast<double>(iters) : -1;
 }
