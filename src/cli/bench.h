@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
@@ -15,6 +16,22 @@ namespace pagoda::cli {
 Runner add_bench_throughput(CLI::App& bench);
 Runner add_bench_roofline(CLI::App& bench);
 Runner add_bench_latency(CLI::App& bench);
+
+// The model and engine options of the benchmarks that run the engine
+// (latency, throughput). A command's own arguments derive from it; it may
+// change a default before the flags are added (help shows the default).
+struct BenchModelArgs {
+  std::string model;
+  int input_len = 128;
+  int output_len = 128;
+  uint64_t seed = 0;
+  bool json = false;
+  EngineOptions engine;
+};
+// --model, --input-len, --output-len, --seed and --json. The command adds
+// its own flags next, then the engine flags (add_engine_flags), so that
+// they come last in --help as in every other command.
+void add_bench_model_flags(CLI::App* cmd, BenchModelArgs* args);
 
 // Peak resident set of this process so far (getrusage), and the current one.
 int64_t peak_rss_bytes();

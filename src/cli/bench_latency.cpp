@@ -18,17 +18,11 @@ namespace pagoda::cli {
 
 namespace {
 
-struct LatencyArgs {
-  std::string model;
-  int input_len = 128;
-  int output_len = 128;
+struct LatencyArgs : BenchModelArgs {
   int batch = 1;
   int repeats = 5;
   int warmup = 1;
-  uint64_t seed = 0;
-  bool json = false;
   bool no_roofline = false;
-  EngineOptions engine;
 };
 
 struct Run {
@@ -104,8 +98,12 @@ int run_latency(LatencyArgs& a) {
     }
   }
   const double med_prefill = median(prefill_tps);
-  const double med_decode = decode_tps.empty() ? 0 : median(decode_tps);
-  const double med_step_ms = step_ms.empty() ? 0 : median(step_ms);
+  // --output-len 1 has no decode step: its decode speed is not measured
+  // (null in JSON), rather than 0 or a division by 0.
+  const bool decoded = !decode_tps.empty();
+  const double med_decode = decoded ? median(decode_tps) : 0;
+  const double med_step_ms = decoded ? median(step_ms) : 0;
+  auto if_decoded = [decoded](double v) { return decoded ? nlohmann::json(v) : nlohmann::json(); };
 
   // Decode step: the weights once, plus every sequence's K/V (f32) at its
   // mean context length over the decode.
@@ -124,8 +122,8 @@ int run_latency(LatencyArgs& a) {
                       {"quantization", quantization_name(a.engine.quantization)},
                       {"weights", weights_summary(engine)},
                       {"prefill_tokens_per_s", med_prefill},
-                      {"decode_tokens_per_s", med_decode},
-                      {"decode_ms_per_step", med_step_ms},
+                      {"decode_tokens_per_s", if_decoded(med_decode)},
+                      {"decode_ms_per_step", if_decoded(med_step_ms)},
                       {"weight_bytes_per_step", weight_bytes},
                       {"decode_bytes_per_step", step_bytes},
                       {"prefill_flops_per_token", flops_per_token},
@@ -141,7 +139,8 @@ int run_latency(LatencyArgs& a) {
     prefill_roof_fp32 = roof.fp32_gflops * 1e9 / flops_per_token;
     j["roofline"] = roofline_json(roof);
     j["decode_roofline_ms_per_step"] = decode_roof_ms;
-    j["decode_fraction_of_roofline"] = med_step_ms > 0 ? decode_roof_ms / med_step_ms : 0;
+    j["decode_fraction_of_roofline"] =
+        if_decoded(med_step_ms > 0 ? decode_roof_ms / med_step_ms : 0);
     j["prefill_roofline_tokens_per_s_bf16"] = prefill_roof_bf16;
     j["prefill_fraction_of_bf16_peak"] =
         prefill_roof_bf16 > 0 ? med_prefill / prefill_roof_bf16 : 0;
@@ -157,13 +156,19 @@ int run_latency(LatencyArgs& a) {
   std::printf("prefill: %.1f tokens/s (%.2f GFLOP/token)\n", med_prefill, flops_per_token * 1e-9);
   std::printf("weights: %s, %.1f MB read per decode step\n", weights_summary(engine).c_str(),
               weight_bytes * 1e-6);
-  std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
-              step_bytes * 1e-6);
+  if (decoded) {
+    std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
+                step_bytes * 1e-6);
+  } else {
+    std::printf("decode:  not measured (no decode step with --output-len 1)\n");
+  }
   if (!a.no_roofline) {
     std::printf("roofline: read %.1f GB/s, fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s, int8 %.0f GOP/s\n",
                 roof.read_gb_per_s, roof.fp32_gflops, roof.bf16_gflops, roof.int8_gops);
-    std::printf("decode at %.1f%% of the bandwidth roofline (%.2f ms/step)\n",
-                100 * decode_roof_ms / med_step_ms, decode_roof_ms);
+    if (decoded) {
+      std::printf("decode at %.1f%% of the bandwidth roofline (%.2f ms/step)\n",
+                  100 * decode_roof_ms / med_step_ms, decode_roof_ms);
+    }
     std::printf("prefill at %.1f%% of bf16 peak (%.0f tokens/s), %.1f%% of fp32 peak\n",
                 100 * med_prefill / prefill_roof_bf16, prefill_roof_bf16,
                 100 * med_prefill / prefill_roof_fp32);
@@ -180,15 +185,7 @@ Runner add_bench_latency(CLI::App& bench) {
   auto args = std::make_shared<LatencyArgs>();
   CLI::App* cmd = bench.add_subcommand(
       "latency", "Prefill and decode speed of one batch, against the machine's roofline");
-  cmd->add_option("--model,-m", args->model, "Model directory")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  cmd->add_option("--input-len", args->input_len, "Prompt tokens per request")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--output-len", args->output_len, "Generated tokens per request")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
+  add_bench_model_flags(cmd, args.get());
   cmd->add_option("--batch", args->batch, "Requests run together")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -198,9 +195,7 @@ Runner add_bench_latency(CLI::App& bench) {
   cmd->add_option("--warmup", args->warmup, "Unmeasured runs first")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the synthetic prompts")->capture_default_str();
   cmd->add_flag("--no-roofline", args->no_roofline, "Skip measuring the roofline");
-  cmd->add_flag("--json", args->json, "Print one JSON object");
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_latency(*args); });

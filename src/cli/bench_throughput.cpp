@@ -14,15 +14,10 @@ namespace pagoda::cli {
 
 namespace {
 
-struct ThroughputArgs {
-  std::string model;
+struct ThroughputArgs : BenchModelArgs {
+  ThroughputArgs() { output_len = 64; }  // its own default (latency: 128)
   int num_prompts = 64;
-  int input_len = 128;
-  int output_len = 64;
   int shared_prefix_len = 0;
-  uint64_t seed = 0;
-  bool json = false;
-  EngineOptions engine;
 };
 
 int run_throughput(ThroughputArgs& a) {
@@ -105,24 +100,14 @@ Runner add_bench_throughput(CLI::App& bench) {
   auto args = std::make_shared<ThroughputArgs>();
   CLI::App* cmd =
       bench.add_subcommand("throughput", "Offline serving throughput on synthetic prompts");
-  cmd->add_option("--model,-m", args->model, "Model directory")
-      ->required()
-      ->check(CLI::ExistingDirectory);
+  add_bench_model_flags(cmd, args.get());
   cmd->add_option("--num-prompts", args->num_prompts, "Number of requests")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--input-len", args->input_len, "Prompt tokens per request")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--output-len", args->output_len, "Generated tokens per request")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--shared-prefix-len", args->shared_prefix_len,
                   "Tokens of a system prompt shared by every request")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the synthetic prompts")->capture_default_str();
-  cmd->add_flag("--json", args->json, "Print one JSON object");
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_throughput(*args); });

@@ -19,6 +19,22 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Best rate (work/s) over timed calls of `run`, which returns the work it
+// did: min_runs of them, then more while `seconds` have not passed since the
+// first started, max_runs at most. The best run is the one least disturbed
+// by other processes.
+template <class Run>
+double best_rate(int min_runs, int max_runs, double seconds, Run run) {
+  double best = 0;
+  const auto start = Clock::now();
+  for (int rep = 0; rep < min_runs || (seconds_since(start) < seconds && rep < max_runs); ++rep) {
+    const auto t0 = Clock::now();
+    const double work = run();
+    best = std::max(best, work / seconds_since(t0));
+  }
+  return best;
+}
+
 // Best rate (ops/s) of the kind's loop run on every thread at once.
 double peak_rate(PeakKind kind, int threads, double seconds) {
   if (!peak_supported(kind)) return 0;
@@ -34,19 +50,15 @@ double peak_rate(PeakKind kind, int threads, double seconds) {
     }
     iters *= 4;
   }
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> ops(threads, 0.0);
-    const auto t0 = Clock::now();
+  std::vector<double> ops(threads);
+  return best_rate(3, 3, 0, [&] {
     parallel_for(threads, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) ops[t] = run_peak_loop(kind, iters);
     });
-    const double s = seconds_since(t0);
     double total = 0;
     for (double o : ops) total += o;
-    best = std::max(best, total / s);
-  }
-  return best;
+    return total;
+  });
 }
 
 double read_rate(int threads, double seconds, int64_t bytes) {
@@ -56,16 +68,13 @@ double read_rate(int threads, double seconds, int64_t bytes) {
   parallel_for(n, 1 << 16,
                [&](int64_t b, int64_t e) { std::fill(buf.get() + b, buf.get() + e, 1.0f); });
   std::atomic<float> sink{0};
-  double best = 0;
-  const auto start = Clock::now();
-  for (int rep = 0; rep < 3 || (seconds_since(start) < seconds && rep < 50); ++rep) {
-    const auto t0 = Clock::now();
+  const double best = best_rate(3, 50, seconds, [&] {
     parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
       sink.store(sink.load(std::memory_order_relaxed) + read_sum(buf.get() + b, e - b),
                  std::memory_order_relaxed);
     });
-    best = std::max(best, static_cast<double>(bytes) / seconds_since(t0));
-  }
+    return static_cast<double>(bytes);
+  });
   return sink.load() == -1.0f ? 0 : best;
 }
 

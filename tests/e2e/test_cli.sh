@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The `pagoda` command line: help, the demo, JSON output, prompt files and
-# clear errors with exit code 2 for bad input.
+# The `pagoda` command line: help, the demo, JSON output, prompt files,
+# clear errors with exit code 2 for bad input, and bench latency without a
+# decode step.
 set -uo pipefail
 pagoda=$1
 src=$2
@@ -56,6 +57,34 @@ printf 'not json\n' >"$tmp/bad.jsonl"
 expect_exit 2 "bad.jsonl:1" -- "$pagoda" generate --model "$model" --prompts-file "$tmp/bad.jsonl"
 mkdir -p "$tmp/notamodel"
 expect_exit 2 "config.json" -- "$pagoda" generate --model "$tmp/notamodel" --prompt hi
+
+# bench latency with --output-len 1 has no decode step: decode is reported
+# as not measured (null in JSON), never as inf or nan (a division by zero
+# decode steps). The roofline run (on one thread, short) is where the
+# fraction of the roofline was printed.
+bench_latency=("$pagoda" bench latency --model "$model" --input-len 8 --repeats 2)
+for extra in "--no-roofline" "--threads 1"; do
+  # shellcheck disable=SC2086
+  "${bench_latency[@]}" --output-len 1 $extra >"$tmp/lat" 2>&1 \
+    || fail "bench latency --output-len 1 $extra failed: $(head -c 300 "$tmp/lat")"
+  if grep -Eiwq 'inf|nan' "$tmp/lat"; then
+    fail "bench latency --output-len 1 $extra printed inf/nan: $(cat "$tmp/lat")"
+  fi
+  grep -q "decode:  not measured" "$tmp/lat" \
+    || fail "bench latency --output-len 1 $extra: no 'not measured': $(cat "$tmp/lat")"
+done
+"${bench_latency[@]}" --output-len 1 --no-roofline --json >"$tmp/lat1.json" 2>/dev/null \
+  || fail "bench latency --output-len 1 --json failed"
+"${bench_latency[@]}" --output-len 3 --no-roofline --json >"$tmp/lat3.json" 2>/dev/null \
+  || fail "bench latency --output-len 3 --json failed"
+/usr/bin/python3 - "$tmp/lat1.json" "$tmp/lat3.json" <<'PY' || fail "bench latency JSON decode fields"
+import json, sys
+one, three = (json.load(open(p)) for p in sys.argv[1:])
+assert one["decode_tokens_per_s"] is None and one["decode_ms_per_step"] is None, one
+assert one["decode_tokens_per_s_runs"] == [] and one["prefill_tokens_per_s"] > 0, one
+assert three["decode_tokens_per_s"] > 0 and three["decode_ms_per_step"] > 0, three
+assert len(three["decode_tokens_per_s_runs"]) == 2, three
+PY
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures CLI check(s) failed"

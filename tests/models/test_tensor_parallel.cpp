@@ -7,11 +7,11 @@
 
 #include <algorithm>
 #include <barrier>
-#include <cmath>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "forward_test_util.h"
 #include "models/model.h"
 #include "parallel/communicator.h"
 
@@ -82,54 +82,11 @@ class ThreadCommunicator final : public parallel::Communicator {
   int rank_;
 };
 
-constexpr int kBlockSize = 16;
-
-// Prefill `prompt` (logits of every position), then decode `next` (one
-// more row). Returns rank 0's logits rows, flattened.
-std::vector<float> run(CausalLM& model, const std::vector<int32_t>& prompt, int32_t next,
-                       bool is_rank0) {
-  const KVCacheSpec spec = model.kv_cache_spec();
-  const int64_t vocab = model.config().vocab_size;
-  const auto n = static_cast<int32_t>(prompt.size());
-  const size_t per_layer = static_cast<size_t>(kBlockSize * spec.num_kv_heads * spec.head_dim);
-  std::vector<std::vector<float>> k(spec.num_layers, std::vector<float>(per_layer)),
-      v(spec.num_layers, std::vector<float>(per_layer));
-  KVCacheView view;
-  view.layout = {kBlockSize, static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim)};
-  for (int64_t l = 0; l < spec.num_layers; ++l) {
-    view.k.push_back(k[l].data());
-    view.v.push_back(v[l].data());
-    view.layer_group.push_back(0);
-  }
-  BatchMetadata b;
-  b.token_ids = prompt;
-  for (int32_t i = 0; i < n; ++i) b.positions.push_back(i);
-  b.query_start_loc = {0, n};
-  b.seq_lens = {n};
-  b.kv_groups.resize(1);
-  b.kv_groups[0].slot_mapping.assign(b.positions.begin(), b.positions.end());
-  b.kv_groups[0].block_tables = {0};
-  b.kv_groups[0].max_blocks_per_seq = 1;
-  for (int32_t i = 0; i < n; ++i) b.logits_indices.push_back(i);
-  std::vector<float> logits(static_cast<size_t>((n + 1) * vocab));
-  model.forward(b, view, is_rank0 ? logits.data() : nullptr);
-
-  BatchMetadata d = b;
-  d.token_ids = {next};
-  d.positions = {n};
-  d.query_start_loc = {0, 1};
-  d.seq_lens = {n + 1};
-  d.kv_groups[0].slot_mapping = {n};
-  d.logits_indices = {0};
-  model.forward(d, view, is_rank0 ? logits.data() + n * vocab : nullptr);
-  return logits;
-}
-
 void expect_tp_matches(const std::string& dir, int tp) {
   const std::vector<int32_t> prompt = {1, 45, 300, 17, 88, 102, 7, 256, 3, 99};
   const int32_t next = 140;
   auto single = load_model(dir);
-  const std::vector<float> want = run(*single, prompt, next, true);
+  const std::vector<float> want = test::prefill_and_decode(*single, prompt, next);
 
   ThreadGroup group(tp);
   std::vector<float> got;
@@ -142,7 +99,7 @@ void expect_tp_matches(const std::string& dir, int tp) {
         auto model = load_model(dir, comm);
         EXPECT_EQ(model->kv_cache_spec().num_kv_heads,
                   std::max<int64_t>(1, single->kv_cache_spec().num_kv_heads / tp));
-        std::vector<float> out = run(*model, prompt, next, r == 0);
+        std::vector<float> out = test::prefill_and_decode(*model, prompt, next, r == 0);
         if (r == 0) got = std::move(out);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -152,15 +109,8 @@ void expect_tp_matches(const std::string& dir, int tp) {
   for (auto& t : threads) t.join();
   for (int r = 0; r < tp; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
   ASSERT_EQ(got.size(), want.size());
-  const int64_t vocab = single->config().vocab_size;
-  for (size_t row = 0; row * vocab < want.size(); ++row) {
-    float max_ref = 0, max_err = 0;
-    for (int64_t j = 0; j < vocab; ++j) {
-      max_ref = std::max(max_ref, std::fabs(want[row * vocab + j]));
-      max_err = std::max(max_err, std::fabs(got[row * vocab + j] - want[row * vocab + j]));
-    }
-    EXPECT_LE(max_err, 1e-4f * max_ref) << "tp " << tp << " row " << row;
-  }
+  EXPECT_LE(test::worst_relative_error(got, want, single->config().vocab_size), 1e-4)
+      << "tp " << tp;
 }
 
 TEST(TensorParallelThreads, Stories260kTp2) {

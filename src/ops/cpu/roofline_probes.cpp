@@ -12,9 +12,13 @@ namespace {
 
 constexpr int kChains = 12;
 
+#define PAGODA_AVX512 __attribute__((target("avx512f")))
+#define PAGODA_AVX512BF16 __attribute__((target("avx512f,avx512bf16")))
+#define PAGODA_AVX512VNNI __attribute__((target("avx512f,avx512vnni")))
+
 // Horizontal sums through memory (GCC 12's reduce intrinsics trip
 // -Wuninitialized).
-__attribute__((target("avx512f"))) float hsum(__m512 v) {
+PAGODA_AVX512 float hsum(const __m512& v) {
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, v);
   float s = 0;
@@ -22,55 +26,64 @@ __attribute__((target("avx512f"))) float hsum(__m512 v) {
   return s;
 }
 
-__attribute__((target("avx512f"))) int32_t hsum(__m512i v) {
+// In int64: the int8 probe's lanes wrap around over a long run and their
+// int32 sum would overflow (undefined behaviour, caught by UBSan).
+PAGODA_AVX512 int64_t hsum(const __m512i& v) {
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, v);
-  int32_t s = 0;
+  int64_t s = 0;
   for (int32_t x : lanes) s += x;
   return s;
 }
 
-__attribute__((target("avx512f"))) double fp32_loop(int64_t iters) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+// Distinct starting values of the chains, and folding two of them.
+PAGODA_AVX512 void chain_start(__m512& x, int c) { x = _mm512_set1_ps(static_cast<float>(c)); }
+PAGODA_AVX512 void chain_start(__m512i& x, int c) { x = _mm512_set1_epi32(c); }
+PAGODA_AVX512 void chain_fold(__m512& s, const __m512& x) { s = _mm512_add_ps(s, x); }
+PAGODA_AVX512 void chain_fold(__m512i& s, const __m512i& x) { s = _mm512_add_epi32(s, x); }
+
+// kChains accumulators of type Acc, each advanced `iters` times by
+// step(acc); returns the horizontal sum of them all (used, so that the
+// loop is not optimized away). This template has no target attribute: the
+// step lambda carries its instruction's, and the probes are `flatten` so
+// that everything inlines into their ISA-targeted body instead of being
+// called once per instruction. Vectors go by reference, as a by-value one
+// in untargeted code changes the ABI.
+template <class Acc, class Step>
+inline auto run_chains(int64_t iters, Step step) {
+  Acc acc[kChains];
+  for (int c = 0; c < kChains; ++c) chain_start(acc[c], c);
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+    for (int c = 0; c < kChains; ++c) step(acc[c]);
   }
-  __m512 s = acc[0];
-  for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
-  return hsum(s) != 0.0f ? 2.0 * 16 * kChains * static_cast<double>(iters) : -1;
+  for (int c = 1; c < kChains; ++c) chain_fold(acc[0], acc[c]);
+  return hsum(acc[0]);
 }
 
-__attribute__((target("avx512f,avx512bf16"))) double bf16_loop(int64_t iters) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
+PAGODA_AVX512 __attribute__((flatten)) double fp32_loop(int64_t iters) {
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  const float sum =
+      run_chains<__m512>(iters, [&](__m512& x) PAGODA_AVX512 { x = _mm512_fmadd_ps(x, a, b); });
+  return sum != 0.0f ? 2.0 * 16 * kChains * static_cast<double>(iters) : -1;
+}
+
+PAGODA_AVX512BF16 __attribute__((flatten)) double bf16_loop(int64_t iters) {
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80);  // 1.0
   const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3a83);  // ~1e-3
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
-  }
-  __m512 s = acc[0];
-  for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
-  return hsum(s) != 0.0f ? 2.0 * 32 * kChains * static_cast<double>(iters) : -1;
+  const float sum = run_chains<__m512>(
+      iters, [&](__m512& x) PAGODA_AVX512BF16 { x = _mm512_dpbf16_ps(x, a, b); });
+  return sum != 0.0f ? 2.0 * 32 * kChains * static_cast<double>(iters) : -1;
 }
 
-__attribute__((target("avx512f,avx512vnni"))) double int8_loop(int64_t iters) {
-  __m512i acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi32(c);
+PAGODA_AVX512VNNI __attribute__((flatten)) double int8_loop(int64_t iters) {
   const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-1);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
-  }
-  __m512i s = acc[0];
-  for (int c = 1; c < kChains; ++c) s = _mm512_add_epi32(s, acc[c]);
-  return hsum(s) != 1 ? 2.0 * 64 * kChains * static_cast<double>(iters) : -1;
+  const int64_t sum = run_chains<__m512i>(
+      iters, [&](__m512i& x) PAGODA_AVX512VNNI { x = _mm512_dpbusd_epi32(x, a, b); });
+  return sum != 1 ? 2.0 * 64 * kChains * static_cast<double>(iters) : -1;
 }
 
-__attribute__((target("avx512f"))) float read_sum_avx512(const float* x, int64_t n) {
+PAGODA_AVX512 float read_sum_avx512(const float* x, int64_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
