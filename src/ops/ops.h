@@ -76,12 +76,20 @@ void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
 
 // ---- Paged KV cache -------------------------------------------------------
 // One layer's cache is two f32 arrays k_cache, v_cache of shape
-// [num_blocks, block_size, num_kv_heads, head_dim]. A token's slot is
-// block_id * block_size + offset_in_block.
+// [num_blocks, num_kv_heads, block_size, head_dim]: within a block, each kv
+// head's rows are contiguous, so attention over one kv head streams whole
+// runs of memory (a token-major block would scatter them a row apart). A
+// token's slot is block_id * block_size + offset_in_block.
 struct KVLayout {
   int block_size = 16;
   int num_kv_heads = 0;
   int head_dim = 0;
+
+  // Floats from the start of a cache to the row of (slot, kv head).
+  int64_t row_offset(int64_t slot, int kv_head) const {
+    const int64_t block = slot / block_size, offset = slot % block_size;
+    return ((block * num_kv_heads + kv_head) * block_size + offset) * head_dim;
+  }
 };
 
 // Writes k/v rows [num_tokens, num_kv_heads, head_dim] to their slots.

@@ -87,12 +87,16 @@ void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out) {
 
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
               const KVLayout& layout, float* k_cache, float* v_cache) {
-  const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
+  const int hd = layout.head_dim;
   for (int64_t t = 0; t < num_tokens; ++t) {
     if (slot_mapping[t] < 0) continue;
-    for (int64_t j = 0; j < row; ++j) {
-      k_cache[slot_mapping[t] * row + j] = k[t * row + j];
-      v_cache[slot_mapping[t] * row + j] = v[t * row + j];
+    for (int h = 0; h < layout.num_kv_heads; ++h) {
+      const int64_t to = layout.row_offset(slot_mapping[t], h);
+      const int64_t from = (t * layout.num_kv_heads + h) * hd;
+      for (int d = 0; d < hd; ++d) {
+        k_cache[to + d] = k[from + d];
+        v_cache[to + d] = v[from + d];
+      }
     }
   }
 }
@@ -116,7 +120,7 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
         auto key_row = [&](const float* cache, int64_t t) {
           const int64_t slot =
               int64_t{table[t / layout.block_size]} * layout.block_size + t % layout.block_size;
-          return cache + (slot * kvh + kv_head) * hd;
+          return cache + layout.row_offset(slot, kv_head);
         };
         std::vector<double> scores(last_key - first_key + 1);
         double mx = -INFINITY;

@@ -100,14 +100,14 @@ TEST_P(RopeEmbeddingKv, WriteKvStoresRowsAtTheirSlots) {
   ref::write_kv(k.data(), v.data(), slots.data(), tokens, layout, k_ref.data(), v_ref.data());
   EXPECT_EQ(k_cache, k_ref);
   EXPECT_EQ(v_cache, v_ref);
-  // Element (block, offset, head, dim) lives at ((block * bs + offset) * heads + head) * hd + dim.
+  // Element (block, offset, head, dim) lives at ((block * heads + head) * bs + offset) * hd + dim.
   std::vector<float> k_want(k_cache.size(), -5.0f), v_want = k_want;
   for (int64_t t = 0; t < tokens; ++t) {
     if (slots[t] < 0) continue;
     const int64_t block = slots[t] / 4, offset = slots[t] % 4;
     for (int h = 0; h < 2; ++h) {
       for (int d = 0; d < 3; ++d) {
-        const int64_t at = ((block * 4 + offset) * 2 + h) * 3 + d;
+        const int64_t at = ((block * 2 + h) * 4 + offset) * 3 + d;
         k_want[at] = k[(t * 2 + h) * 3 + d];
         v_want[at] = v[(t * 2 + h) * 3 + d];
       }

@@ -35,8 +35,7 @@ void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout,
       for (int h = 0; h < kv_heads; ++h) cpu::rope_head(k + h * hd, cos_v, sin_v, half);
       const int64_t slot = in.slot_mapping[t];
       if (slot < 0) continue;  // padding token
-      std::memcpy(k_cache + slot * kv_row, k, kv_row * sizeof(float));
-      std::memcpy(v_cache + slot * kv_row, in.v + t * kv_row, kv_row * sizeof(float));
+      cpu::write_kv_token(k, in.v + t * kv_row, slot, layout, k_cache, v_cache);
     }
   });
 }

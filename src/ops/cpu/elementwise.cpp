@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/rope_impl.h"
 #include "ops/ops.h"
 
@@ -75,10 +76,8 @@ void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64
               const KVLayout& layout, float* k_cache, float* v_cache) {
   const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
   for (int64_t t = 0; t < num_tokens; ++t) {
-    const int64_t slot = slot_mapping[t];
-    if (slot < 0) continue;  // padding token
-    std::memcpy(k_cache + slot * row, k + t * row, row * sizeof(float));
-    std::memcpy(v_cache + slot * row, v + t * row, row * sizeof(float));
+    if (slot_mapping[t] < 0) continue;  // padding token
+    cpu::write_kv_token(k + t * row, v + t * row, slot_mapping[t], layout, k_cache, v_cache);
   }
 }
 

@@ -151,7 +151,7 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
   std::stable_sort(tiles.begin(), tiles.end(),
                    [](const RowTile& x, const RowTile& y) { return x.keys > y.keys; });
   const int64_t per_tile = int64_t{kv_heads} * head_blocks;
-  const int64_t slot_stride = int64_t{kv_heads} * hd;
+  const int64_t block_stride = int64_t{kv_heads} * bs * hd;
   const int64_t q_row_stride = int64_t{num_q_heads} * hd;
   const cpu::KernelTable& kt = cpu::active_kernels();
   parallel_for(static_cast<int64_t>(tiles.size()) * per_tile, 1, [&](int64_t i0, int64_t i1) {
@@ -169,9 +169,9 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
       a.q_row_stride = q_row_stride;
       a.rows = tile.rows;
       a.heads = std::min(tile_heads, (kvh + 1) * group - h0);
-      a.k_head = k_cache + int64_t{kvh} * hd;
-      a.v_head = v_cache + int64_t{kvh} * hd;
-      a.slot_stride = slot_stride;
+      a.k_head = k_cache + int64_t{kvh} * bs * hd;
+      a.v_head = v_cache + int64_t{kvh} * bs * hd;
+      a.block_stride = block_stride;
       a.block_table = batch.block_tables + int64_t{tile.seq} * batch.max_blocks_per_seq;
       a.block_size = bs;
       a.head_dim = hd;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "ops/ops.h"
 
@@ -14,8 +15,9 @@ namespace pagoda::ops::cpu {
 // everything resolved to pointers. Query (r, h) is at q + r * q_row_stride
 // + h * head_dim and writes out at the same offset; row r sees keys up to
 // last_key + r (and, with a sliding window W > 0, from last_key + r - W + 1).
-// Key t lives at slot block_table[t / block_size] * block_size +
-// t % block_size, its K row at k_head + slot * slot_stride.
+// Key t lives in block b = block_table[t / block_size], its K row at
+// k_head + b * block_stride + (t % block_size) * head_dim (k_head already
+// points at the kv head's rows of block 0; see KVLayout).
 struct AttentionTile {
   const float* q = nullptr;
   float* out = nullptr;
@@ -23,7 +25,7 @@ struct AttentionTile {
   int rows = 0, heads = 0;   // rows * heads <= kMaxTileQueries
   const float* k_head = nullptr;
   const float* v_head = nullptr;
-  int64_t slot_stride = 0;  // num_kv_heads * head_dim
+  int64_t block_stride = 0;  // num_kv_heads * block_size * head_dim
   const int32_t* block_table = nullptr;
   int block_size = 0;
   int head_dim = 0;
@@ -34,6 +36,17 @@ struct AttentionTile {
 constexpr int kMaxTileQueries = 32;
 // Floats of scratch an attention tile of head_dim hd needs.
 constexpr int64_t attention_scratch_floats(int64_t hd) { return kMaxTileQueries * (hd + 18); }
+
+// Stores one token's k and v rows ([num_kv_heads, head_dim]) at its slot.
+inline void write_kv_token(const float* k, const float* v, int64_t slot, const KVLayout& layout,
+                           float* k_cache, float* v_cache) {
+  const size_t bytes = static_cast<size_t>(layout.head_dim) * sizeof(float);
+  for (int h = 0; h < layout.num_kv_heads; ++h) {
+    const int64_t to = layout.row_offset(slot, h);
+    std::memcpy(k_cache + to, k + int64_t{h} * layout.head_dim, bytes);
+    std::memcpy(v_cache + to, v + int64_t{h} * layout.head_dim, bytes);
+  }
+}
 
 struct KernelTable {
   // y[:, n0:n1] = x[m, k] * w[n0:n1, k]^T (+ bias); y has row stride n

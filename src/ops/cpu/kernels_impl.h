@@ -356,9 +356,10 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
     int64_t end = t - offset + (cell + kKeyChunk < bs ? cell + kKeyChunk : bs);
     if (end > last_tile_key + 1) end = last_tile_key + 1;
     const int count = static_cast<int>(end - t);
-    const int64_t slot0 = int64_t{a.block_table[t / bs]} * bs + offset;
-    const float* k0 = a.k_head + slot0 * a.slot_stride;
-    const float* v0 = a.v_head + slot0 * a.slot_stride;
+    // The chunk's rows are consecutive (stride head_dim) within its block.
+    const int64_t rows0 = int64_t{a.block_table[t / bs]} * a.block_stride + offset * hd;
+    const float* k0 = a.k_head + rows0;
+    const float* v0 = a.v_head + rows0;
 
     act.count = 0;
     for (int r = 0; r < a.rows; ++r) {
@@ -377,10 +378,12 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
     // Scores, 4 keys at a time (keys past the chunk repeat its last key).
     for (int c0 = 0; c0 < count; c0 += 4) {
       const float* k[4];
-      for (int c = 0; c < 4; ++c) k[c] = k0 + (c0 + c < count ? c0 + c : count - 1) * a.slot_stride;
+      for (int c = 0; c < 4; ++c) k[c] = k0 + int64_t{c0 + c < count ? c0 + c : count - 1} * hd;
       int i = 0;
       for (; i + kScoreQueries <= act.count; i += kScoreQueries)
         score_block<kScoreQueries>(act.q + i, k, hd, a.scale, act.s + i, c0);
+      for (; i + 2 <= act.count; i += 2)  // decode: the 2+ q heads of a kv head
+        score_block<2>(act.q + i, k, hd, a.scale, act.s + i, c0);
       for (; i < act.count; ++i) score_block<1>(act.q + i, k, hd, a.scale, act.s + i, c0);
     }
     for (int n = 0; n < act.count; ++n) {
@@ -391,8 +394,9 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
     int n = 0;
     const float* const* p = act.s;
     for (; n + kValueQueries <= act.count; n += kValueQueries)
-      value_rows<kValueQueries>(p + n, v0, a.slot_stride, count, act.acc + n, hd);
-    for (; n < act.count; ++n) value_rows<1>(p + n, v0, a.slot_stride, count, act.acc + n, hd);
+      value_rows<kValueQueries>(p + n, v0, hd, count, act.acc + n, hd);
+    for (; n + 2 <= act.count; n += 2) value_rows<2>(p + n, v0, hd, count, act.acc + n, hd);
+    for (; n < act.count; ++n) value_rows<1>(p + n, v0, hd, count, act.acc + n, hd);
     t = end;
   }
   for (int r = 0; r < a.rows; ++r) {
