@@ -79,7 +79,6 @@ double prefill_flops_per_token(const ModelConfig& c, int input_len) {
 
 int run_latency(LatencyArgs& a) {
   if (int64_t{a.batch} > a.engine.max_num_seqs) a.engine.max_num_seqs = a.batch;
-  a.engine.prefault_kv_cache = true;  // measure a warm engine
   LLMEngine engine(a.model, a.engine);
   print_engine_summary(engine);
   const ModelConfig& c = engine.model_config();

@@ -151,8 +151,8 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
       SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size,
                       options.scheduling_policy},
       *kv_);
-  runner_ = std::make_unique<ModelRunner>(*model_, shape.groups, num_blocks, options.block_size,
-                                          comm_, options.prefault_kv_cache);
+  runner_ =
+      std::make_unique<ModelRunner>(*model_, shape.groups, num_blocks, options.block_size, comm_);
 }
 
 void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,

@@ -31,10 +31,6 @@ struct EngineOptions {
   int tensor_parallel_size = 1;
   // Load-time weight quantization of every linear layer (--quantization).
   Quantization quantization = Quantization::None;
-  // Touch every page of the KV pool at start, as a long-running server has
-  // (the benchmarks: first-touch page clearing is not the engine's speed).
-  // Off by default, where untouched pages of a large pool cost nothing.
-  bool prefault_kv_cache = false;
 };
 
 // Engine-wide counters (the server's /metrics reads these).

@@ -69,8 +69,7 @@ void deserialize(const std::vector<uint8_t>& buf, BatchMetadata& b) {
 }  // namespace
 
 ModelRunner::ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& groups,
-                         int64_t num_blocks, int32_t block_size, parallel::Communicator& comm,
-                         bool prefault_kv_cache)
+                         int64_t num_blocks, int32_t block_size, parallel::Communicator& comm)
     : model_(model),
       comm_(comm),
       block_size_(block_size),
@@ -81,8 +80,7 @@ ModelRunner::ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& group
   size_t slots = 0;
   for (const KVCacheGroup& g : groups) slots = std::max(slots, g.layers.size());
   storage_ = std::make_unique<KVStorage>(static_cast<int64_t>(slots), num_blocks,
-                                         block_size * spec.num_kv_heads * spec.head_dim,
-                                         prefault_kv_cache);
+                                         block_size * spec.num_kv_heads * spec.head_dim);
   view_.layout = {block_size, static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim)};
   view_.k.resize(spec.num_layers);
   view_.v.resize(spec.num_layers);

@@ -19,7 +19,7 @@ class ModelRunner {
   // rank builds a runner with the same groups, num_blocks and block_size;
   // each holds the KV heads of its shard.
   ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& groups, int64_t num_blocks,
-              int32_t block_size, parallel::Communicator& comm, bool prefault_kv_cache = false);
+              int32_t block_size, parallel::Communicator& comm);
 
   // Runs one step. For each scheduled request that reaches the end of its
   // known tokens this step, `sampling_rows` gets its index in `out.scheduled`

@@ -2,14 +2,11 @@
 
 #include <sys/mman.h>
 
-#include <cstring>
-
 #include "core/error.h"
 
 namespace pagoda {
 
-KVStorage::KVStorage(int64_t num_layers, int64_t num_blocks, int64_t floats_per_block,
-                     bool prefault)
+KVStorage::KVStorage(int64_t num_layers, int64_t num_blocks, int64_t floats_per_block)
     : layer_floats_(num_blocks * floats_per_block) {
   bytes_ = static_cast<size_t>(2 * num_layers * layer_floats_) * sizeof(float);
   if (bytes_ == 0) return;
@@ -18,11 +15,6 @@ KVStorage::KVStorage(int64_t num_layers, int64_t num_blocks, int64_t floats_per_
     throw_input_error("cannot reserve {} bytes for the KV cache (lower --kv-cache-memory)", bytes_);
   }
   base_ = static_cast<float*>(p);
-  // Huge pages where the kernel offers them on request: a prefill writes
-  // MBs of fresh K/V per layer, and 4 KiB first-touch faults cost ~5% of it.
-  // Advice only: without transparent huge pages this changes nothing.
-  madvise(p, bytes_, MADV_HUGEPAGE);
-  if (prefault) std::memset(p, 0, bytes_);
 }
 
 KVStorage::~KVStorage() {

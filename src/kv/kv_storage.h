@@ -12,9 +12,7 @@ class KVStorage {
  public:
   // Maps num_layers * 2 arrays of block_elems * num_blocks floats. The memory
   // comes from an anonymous mapping, so pages a run never touches cost nothing.
-  // prefault: touch every page now instead.
-  KVStorage(int64_t num_layers, int64_t num_blocks, int64_t floats_per_block,
-            bool prefault = false);
+  KVStorage(int64_t num_layers, int64_t num_blocks, int64_t floats_per_block);
   ~KVStorage();
   KVStorage(const KVStorage&) = delete;
   KVStorage& operator=(const KVStorage&) = delete;
