@@ -1,5 +1,6 @@
 // The memory behind the paged KV cache: for every layer a K and a V array of
-// [num_blocks, block_size, num_kv_heads, head_dim] f32, reserved once at start.
+// [num_blocks, num_kv_heads, block_size, head_dim] f32 (ops::KVLayout),
+// reserved once at start.
 #pragma once
 
 #include <cstddef>

@@ -42,7 +42,7 @@ struct BatchMetadata {
 // Per-layer K/V storage the model reads and writes (owned by the engine).
 struct KVCacheView {
   ops::KVLayout layout;
-  std::vector<float*> k;  // [num_layers] -> [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<float*> k;  // [num_layers] -> [num_blocks, kv_heads, block_size, head_dim]
   std::vector<float*> v;
   std::vector<int32_t> layer_group;  // [num_layers] -> index into BatchMetadata::kv_groups
 };

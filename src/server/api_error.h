@@ -2,17 +2,19 @@
 // the HTTP status they travel with.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace pagoda::server {
 
 class ApiError : public std::runtime_error {
  public:
   ApiError(int status, std::string type, std::string message, std::string param = "")
-      : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)) {}
+      : std::runtime_error(message),
+        status_(status),
+        type_(std::move(type)),
+        param_(std::move(param)) {}
   int status() const { return status_; }
   nlohmann::json body() const;
 

@@ -20,8 +20,10 @@ const char* finish_reason_json(FinishReason r) {
 
 std::vector<int32_t> chat_prompt(GenerationContext& ctx, const GenerationRequest& req) {
   if (ctx.chat_template.empty()) {
-    throw bad_request("this model has no chat template (tokenizer_config.json chat_template); use /v1/completions",
-                      "messages");
+    throw bad_request(
+        "this model has no chat template (tokenizer_config.json chat_template); use "
+        "/v1/completions",
+        "messages");
   }
   ChatTemplateInputs in;
   in.messages = req.messages;
@@ -40,7 +42,8 @@ std::vector<int32_t> chat_prompt(GenerationContext& ctx, const GenerationRequest
   return ctx.engine.tokenizer().encode(text, /*add_special_tokens=*/false);
 }
 
-Json logprobs_json(GenerationContext& ctx, bool chat, const std::vector<SampledToken>& lps, size_t from) {
+Json logprobs_json(GenerationContext& ctx, bool chat, const std::vector<SampledToken>& lps,
+                   size_t from) {
   const Tokenizer& tok = ctx.engine.tokenizer();
   auto text_of = [&](int32_t id) { return tok.decode(std::vector<int32_t>{id}, false); };
   auto bytes_of = [](const std::string& s) {
@@ -57,7 +60,10 @@ Json logprobs_json(GenerationContext& ctx, bool chat, const std::vector<SampledT
         top.push_back({{"token", t}, {"logprob", lp}, {"bytes", bytes_of(t)}});
       }
       const std::string t = text_of(lps[i].token);
-      content.push_back({{"token", t}, {"logprob", lps[i].logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+      content.push_back({{"token", t},
+                         {"logprob", lps[i].logprob},
+                         {"bytes", bytes_of(t)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
@@ -74,7 +80,8 @@ Json logprobs_json(GenerationContext& ctx, bool chat, const std::vector<SampledT
 
 }  // namespace
 
-Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req, const std::string& id) {
+Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req,
+                            const std::string& id) {
   if (!req.model.empty() && req.model != ctx.model_name) {
     throw ApiError(404, "NotFoundError", "The model `" + req.model + "` does not exist.", "model");
   }
@@ -82,13 +89,16 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
   if (req.chat) {
     prompts.push_back(chat_prompt(ctx, req));
   } else {
-    for (const std::string& t : req.text_prompts) prompts.push_back(ctx.engine.tokenizer().encode(t, true));
+    for (const std::string& t : req.text_prompts)
+      prompts.push_back(ctx.engine.tokenizer().encode(t, true));
     for (const auto& ids : req.id_prompts) prompts.push_back(ids);
   }
   const int64_t max_len = ctx.engine.engine().max_model_len();
   Submitted sub;
   sub.id = id;
-  sub.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  sub.created = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
   sub.chat = req.chat;
   sub.top_logprobs = req.top_logprobs;
   sub.include_usage = req.include_usage;
@@ -98,8 +108,9 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
     if (len == 0) throw bad_request("the prompt is empty", req.chat ? "messages" : "prompt");
     const int64_t max_tokens = req.max_tokens ? *req.max_tokens : (req.chat ? max_len - len : 16);
     if (len + max_tokens > max_len || max_tokens < 1) {
-      throw bad_request("This model's maximum context length is " + std::to_string(max_len) + " tokens. However, you requested " +
-                            std::to_string(len + max_tokens) + " tokens (" + std::to_string(len) + " in the prompt, " +
+      throw bad_request("This model's maximum context length is " + std::to_string(max_len) +
+                            " tokens. However, you requested " + std::to_string(len + max_tokens) +
+                            " tokens (" + std::to_string(len) + " in the prompt, " +
                             std::to_string(max_tokens) + " for the completion).",
                         req.chat ? "messages" : "prompt");
     }
@@ -108,7 +119,8 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
       SamplingParams params = req.sampling;
       params.max_tokens = static_cast<int>(max_tokens);
       params.logprobs = req.top_logprobs;
-      if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(c);  // distinct choices, reproducible
+      if (params.seed)
+        params.seed = *params.seed + static_cast<uint64_t>(c);  // distinct choices, reproducible
       const std::string rid = id + "-" + std::to_string(p) + "-" + std::to_string(c);
       try {
         sub.streams.push_back(ctx.engine.submit(rid, prompts[p], params));
@@ -134,7 +146,8 @@ Json collect_response(GenerationContext& ctx, Submitted& sub) {
     ctx.metrics.record_request(*last);
     completion_tokens += static_cast<int64_t>(last->token_ids.size());
     Json choice = {{"index", i}, {"finish_reason", finish_reason_json(last->finish_reason)}};
-    choice["logprobs"] = sub.top_logprobs >= 0 ? logprobs_json(ctx, sub.chat, last->logprobs, 0) : Json();
+    choice["logprobs"] =
+        sub.top_logprobs >= 0 ? logprobs_json(ctx, sub.chat, last->logprobs, 0) : Json();
     if (sub.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", last->text}};
     } else {
@@ -171,7 +184,8 @@ std::string EventStream::chunk_for(size_t choice, const RequestOutput& out) {
   Json c = {{"index", choice}};
   c["finish_reason"] = out.finished ? Json(finish_reason_json(out.finish_reason)) : Json();
   c["logprobs"] = sub_.top_logprobs >= 0 && !out.new_token_ids.empty()
-                      ? logprobs_json(ctx_, sub_.chat, out.logprobs, out.logprobs.size() - out.new_token_ids.size())
+                      ? logprobs_json(ctx_, sub_.chat, out.logprobs,
+                                      out.logprobs.size() - out.new_token_ids.size())
                       : Json();
   if (sub_.chat) {
     Json delta = Json::object();
@@ -237,7 +251,8 @@ std::string EventStream::next_events(bool* finished) {
     for (size_t i = 0; i < sub_.streams.size(); ++i) {
       if (done_[i]) continue;
       if (auto out = sub_.streams[i]->next(50ms)) {
-        if (!out->new_text.empty() || out->finished || sub_.top_logprobs >= 0) events += chunk_for(i, *out);
+        if (!out->new_text.empty() || out->finished || sub_.top_logprobs >= 0)
+          events += chunk_for(i, *out);
         completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
         if (out->finished) {
           done_[i] = true;

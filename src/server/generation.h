@@ -5,10 +5,9 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/async_engine.h"
 #include "server/metrics.h"
@@ -37,7 +36,8 @@ struct Submitted {
 };
 
 // Validates, prepares prompts and submits; throws ApiError.
-Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req, const std::string& id);
+Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req,
+                            const std::string& id);
 
 // Waits for every choice and builds the JSON response.
 nlohmann::json collect_response(GenerationContext& ctx, Submitted& sub);
@@ -47,8 +47,11 @@ nlohmann::json collect_response(GenerationContext& ctx, Submitted& sub);
 // final "data: [DONE]".
 class EventStream {
  public:
-  EventStream(GenerationContext& ctx, Submitted sub) : ctx_(ctx), sub_(std::move(sub)),
-      done_(sub_.streams.size(), false), sent_role_(sub_.streams.size(), false) {}
+  EventStream(GenerationContext& ctx, Submitted sub)
+      : ctx_(ctx),
+        sub_(std::move(sub)),
+        done_(sub_.streams.size(), false),
+        sent_role_(sub_.streams.size(), false) {}
   ~EventStream();
   std::string next_events(bool* finished);
   // The client went away: abort every unfinished choice.

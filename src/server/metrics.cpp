@@ -19,7 +19,8 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
     cumulative += counts_[i];
     out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
   }
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name,
+                     sum_, name, count_);
 }
 
 Metrics::Metrics()
@@ -52,8 +53,10 @@ std::string Metrics::render(const EngineStats& s) const {
   auto counter = [&](const char* name, const char* help, double v) {
     out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
   };
-  gauge("pagoda_num_requests_running", "Requests in the running batch.", static_cast<double>(s.num_running));
-  gauge("pagoda_num_requests_waiting", "Requests waiting to be scheduled.", static_cast<double>(s.num_waiting));
+  gauge("pagoda_num_requests_running", "Requests in the running batch.",
+        static_cast<double>(s.num_running));
+  gauge("pagoda_num_requests_waiting", "Requests waiting to be scheduled.",
+        static_cast<double>(s.num_waiting));
   gauge("pagoda_kv_cache_blocks_total", "KV-cache blocks in the pool.", s.kv_blocks_total);
   gauge("pagoda_kv_cache_blocks_free", "KV-cache blocks no request holds.", s.kv_blocks_free);
   gauge("pagoda_kv_cache_usage_perc", "Fraction of KV-cache blocks in use.",
@@ -64,13 +67,19 @@ std::string Metrics::render(const EngineStats& s) const {
           static_cast<double>(s.prefix_cache_queried_tokens));
   counter("pagoda_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           static_cast<double>(s.prefix_cache_hit_tokens));
-  counter("pagoda_requests_finished_total", "Requests that finished (stop or length).", static_cast<double>(requests_ok_));
-  counter("pagoda_requests_aborted_total", "Requests aborted (client gone, shutdown).", static_cast<double>(requests_aborted_));
-  counter("pagoda_prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));
-  counter("pagoda_generation_tokens_total", "Generated tokens.", static_cast<double>(generation_tokens_));
-  counter("pagoda_http_errors_total", "Requests answered with a 4xx/5xx error.", static_cast<double>(http_errors_));
+  counter("pagoda_requests_finished_total", "Requests that finished (stop or length).",
+          static_cast<double>(requests_ok_));
+  counter("pagoda_requests_aborted_total", "Requests aborted (client gone, shutdown).",
+          static_cast<double>(requests_aborted_));
+  counter("pagoda_prompt_tokens_total", "Prompt tokens of finished requests.",
+          static_cast<double>(prompt_tokens_));
+  counter("pagoda_generation_tokens_total", "Generated tokens.",
+          static_cast<double>(generation_tokens_));
+  counter("pagoda_http_errors_total", "Requests answered with a 4xx/5xx error.",
+          static_cast<double>(http_errors_));
   ttft_.render(out, "pagoda_time_to_first_token_seconds", "Time to first token.");
-  tpot_.render(out, "pagoda_time_per_output_token_seconds", "Time per output token after the first.");
+  tpot_.render(out, "pagoda_time_per_output_token_seconds",
+               "Time per output token after the first.");
   e2e_.render(out, "pagoda_e2e_request_latency_seconds", "End-to-end request latency.");
   return out;
 }

@@ -1,11 +1,10 @@
 #include "server/openai_server.h"
 
+#include <httplib.h>
 #include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
-
-#include <httplib.h>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -37,8 +36,8 @@ struct OpenAIServer::Impl {
 OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
     : impl_(std::make_unique<Impl>()), engine_(engine), options_(std::move(options)) {
   Impl& s = *impl_;
-  s.ctx = std::make_unique<GenerationContext>(
-      GenerationContext{engine_, s.metrics, options_.served_model_name, engine_.tokenizer().chat_template()});
+  s.ctx = std::make_unique<GenerationContext>(GenerationContext{
+      engine_, s.metrics, options_.served_model_name, engine_.tokenizer().chat_template()});
   httplib::Server& http = s.http;
   const int threads = options_.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -63,18 +62,19 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
                                           : "request failed";
     send_json(res, res.status, ApiError(res.status, "invalid_request_error", msg).body());
   });
-  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    impl_->metrics.record_http_error();
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    std::fprintf(stderr, "pagoda: internal error: %s\n", what.c_str());
-    send_json(res, 500, ApiError(500, "internal_error", what).body());
-  });
+  http.set_exception_handler(
+      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        impl_->metrics.record_http_error();
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        std::fprintf(stderr, "pagoda: internal error: %s\n", what.c_str());
+        send_json(res, 500, ApiError(500, "internal_error", what).body());
+      });
 
   // Wraps a handler: auth, draining, and ApiError -> JSON error response.
   auto guarded = [this](bool needs_auth, auto handler) {
@@ -82,7 +82,8 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
       try {
         if (needs_auth && !options_.api_key.empty() &&
             req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
-          throw ApiError(401, "authentication_error", "invalid or missing API key (Authorization: Bearer KEY)");
+          throw ApiError(401, "authentication_error",
+                         "invalid or missing API key (Authorization: Bearer KEY)");
         }
         handler(req, res);
       } catch (const ApiError& e) {
@@ -95,39 +96,52 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
     };
   };
 
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"status", "ok"}});
+  });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(impl_->metrics.render(engine_.stats()), "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", guarded(true, [this](const httplib::Request&, httplib::Response& res) {
-             const Json model = {{"id", options_.served_model_name}, {"object", "model"}, {"created", 0},
-                                 {"owned_by", "pagoda"}, {"max_model_len", engine_.engine().max_model_len()}};
+             const Json model = {{"id", options_.served_model_name},
+                                 {"object", "model"},
+                                 {"created", 0},
+                                 {"owned_by", "pagoda"},
+                                 {"max_model_len", engine_.engine().max_model_len()}};
              send_json(res, 200, {{"object", "list"}, {"data", Json::array({model})}});
            }));
   http.Post("/tokenize", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
               const auto j = parse_json_object(req.body);
-              if (!j.contains("prompt") || !j["prompt"].is_string()) throw bad_request("prompt must be a string", "prompt");
+              if (!j.contains("prompt") || !j["prompt"].is_string())
+                throw bad_request("prompt must be a string", "prompt");
               bool add_special = true;
               if (j.contains("add_special_tokens")) {
-                if (!j["add_special_tokens"].is_boolean()) throw bad_request("add_special_tokens must be a boolean", "add_special_tokens");
+                if (!j["add_special_tokens"].is_boolean())
+                  throw bad_request("add_special_tokens must be a boolean", "add_special_tokens");
                 add_special = j["add_special_tokens"].get<bool>();
               }
-              const auto ids = engine_.tokenizer().encode(j["prompt"].get<std::string>(), add_special);
-              send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.engine().max_model_len()}});
+              const auto ids =
+                  engine_.tokenizer().encode(j["prompt"].get<std::string>(), add_special);
+              send_json(res, 200,
+                        {{"tokens", ids},
+                         {"count", ids.size()},
+                         {"max_model_len", engine_.engine().max_model_len()}});
             }));
-  http.Post("/detokenize", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
-              const auto j = parse_json_object(req.body);
-              if (!j.contains("tokens") || !j["tokens"].is_array()) throw bad_request("tokens must be a list of ids", "tokens");
-              std::vector<int32_t> ids;
-              const int32_t vocab = engine_.tokenizer().vocab_size();
-              for (const auto& v : j["tokens"]) {
-                if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab) {
-                  throw bad_request("tokens must be ids in [0, " + std::to_string(vocab) + ")", "tokens");
-                }
-                ids.push_back(v.get<int32_t>());
-              }
-              send_json(res, 200, {{"prompt", engine_.tokenizer().decode(ids, false)}});
-            }));
+  http.Post(
+      "/detokenize", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
+        const auto j = parse_json_object(req.body);
+        if (!j.contains("tokens") || !j["tokens"].is_array())
+          throw bad_request("tokens must be a list of ids", "tokens");
+        std::vector<int32_t> ids;
+        const int32_t vocab = engine_.tokenizer().vocab_size();
+        for (const auto& v : j["tokens"]) {
+          if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab) {
+            throw bad_request("tokens must be ids in [0, " + std::to_string(vocab) + ")", "tokens");
+          }
+          ids.push_back(v.get<int32_t>());
+        }
+        send_json(res, 200, {{"prompt", engine_.tokenizer().decode(ids, false)}});
+      }));
 
   auto generate = [this](bool chat) {
     return [this, chat](const httplib::Request& req, httplib::Response& res) {
@@ -135,8 +149,10 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
       if (engine_.num_unfinished() >= options_.max_pending_requests) {
         throw ApiError(503, "service_unavailable", "too many requests in flight; retry later");
       }
-      const GenerationRequest r = chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
-      const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(impl_->next_id++);
+      const GenerationRequest r =
+          chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
+      const std::string id =
+          std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(impl_->next_id++);
       Submitted sub = submit_generation(*impl_->ctx, r, id);
       if (!r.stream) {
         send_json(res, 200, collect_response(*impl_->ctx, sub));
@@ -174,7 +190,8 @@ int OpenAIServer::bind() {
     port = http.bind_to_any_port(options_.host);
     if (port < 0) throw_input_error("cannot bind {}:0", options_.host);
   } else if (!http.bind_to_port(options_.host, port)) {
-    throw_input_error("cannot bind {}:{} (in use, or not an address of this machine)", options_.host, port);
+    throw_input_error("cannot bind {}:{} (in use, or not an address of this machine)",
+                      options_.host, port);
   }
   if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, 4096);
   return port;

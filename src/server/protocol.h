@@ -3,11 +3,10 @@
 // ApiError (400) naming the field.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/sampling_params.h"
 
@@ -29,7 +28,7 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
-  int top_logprobs = -1;  // -1: no logprobs requested
+  int top_logprobs = -1;    // -1: no logprobs requested
   SamplingParams sampling;  // max_tokens filled in later
 };
 

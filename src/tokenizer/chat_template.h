@@ -1,9 +1,8 @@
 // Renders a Hugging Face chat template (Jinja2) for a conversation.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace pagoda {
 
