@@ -1,6 +1,6 @@
-// The light ops.h entry points (rope, silu_mul, softmax, embedding,
-// write_kv): memory-bound or dominated by libm calls, so one portable
-// version serves every ISA.
+// The light ops.h entry points (rope, softmax, embedding, write_kv):
+// memory-bound or dominated by libm calls, so one portable version serves
+// every ISA.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -29,19 +29,6 @@ void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32
         cpu::rope_head(x + (t * num_heads + h) * head_dim, cos_v, sin_v, half);
     }
   });
-}
-
-void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
-  parallel_for(m, std::max<int64_t>(1, 8192 / std::max<int64_t>(inter, 1)),
-               [&](int64_t r0, int64_t r1) {
-                 for (int64_t r = r0; r < r1; ++r) {
-                   const float* g = gate_up + r * 2 * inter;
-                   const float* u = g + inter;
-                   float* o = out + r * inter;
-                   for (int64_t j = 0; j < inter; ++j)
-                     o[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
-                 }
-               });
 }
 
 void softmax(float* x, int64_t n) {

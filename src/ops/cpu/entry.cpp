@@ -1,4 +1,4 @@
-// The heavy ops.h entry points (linear, norms, paged attention): validate,
+// The heavy ops.h entry points (linear, norms, silu_mul, paged attention): validate,
 // split the work across threads, and run the selected ISA's kernels.
 #include <algorithm>
 #include <vector>
@@ -90,6 +90,12 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
       }
     }
   });
+}
+
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  parallel_for(m, rows_per_thread(inter),
+               [&](int64_t r0, int64_t r1) { kt.silu_mul_rows(gate_up, inter, out, r0, r1); });
 }
 
 void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) {

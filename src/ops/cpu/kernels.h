@@ -62,6 +62,8 @@ struct KernelTable {
                         int64_t r0, int64_t r1);
   void (*add_rms_norm_rows)(float* residual, const float* x, const float* weight, int64_t n,
                             float eps, float* y, int64_t r0, int64_t r1);
+  // Rows [r0, r1) of silu_mul (gate_up rows of 2 * inter, out rows of inter).
+  void (*silu_mul_rows)(const float* gate_up, int64_t inter, float* out, int64_t r0, int64_t r1);
   // One attention tile; scratch holds attention_scratch_floats(head_dim).
   void (*attention)(const AttentionTile& a, float* scratch);
   // bf16 x bf16 -> f32 linear (ISAs with a bf16 dot product; null on the

@@ -336,6 +336,27 @@ PAGODA_TARGET inline void softmax_chunk(float* s, int count, int lo, int hi, flo
   for (j = lo; j <= hi; ++j) denom += s[j];
 }
 
+// out = g / (1 + e^-g) * u, the exp vectorised (vexp's clamp keeps the
+// extremes right: g < -87 gives ~0, g > 87 gives g).
+PAGODA_TARGET inline Vec silu_times(Vec g, Vec u) {
+  return vmul(vdiv(g, vadd(vset1(1.0f), vexp(vmul(g, vset1(-1.0f))))), u);
+}
+
+PAGODA_TARGET void silu_mul_rows(const float* gate_up, int64_t inter, float* out, int64_t r0,
+                                 int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* g = gate_up + r * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + r * inter;
+    int64_t j = 0;
+    for (; j + kLanes <= inter; j += kLanes) vstore(o + j, silu_times(vload(g + j), vload(u + j)));
+    if (j < inter) {
+      const int t = static_cast<int>(inter - j);
+      vstore_tail(o + j, silu_times(vload_tail(g + j, t), vload_tail(u + j, t)), t);
+    }
+  }
+}
+
 PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   const int hd = a.head_dim, bs = a.block_size, nq = a.rows * a.heads;
   float* acc = scratch;                          // [nq][hd]
@@ -410,8 +431,8 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
 }  // namespace
 
 const cpu::KernelTable& kernel_table() {
-  static const cpu::KernelTable table{linear_f32, linear_bf16, rms_norm_rows, add_rms_norm_rows,
-                                      attention};
+  static const cpu::KernelTable table{linear_f32,        linear_bf16,   rms_norm_rows,
+                                      add_rms_norm_rows, silu_mul_rows, attention};
   return table;
 }
 

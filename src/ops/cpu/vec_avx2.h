@@ -47,6 +47,7 @@ PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
 PAGODA_TARGET inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 PAGODA_TARGET inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 PAGODA_TARGET inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+PAGODA_TARGET inline Vec vdiv(Vec a, Vec b) { return _mm256_div_ps(a, b); }
 
 PAGODA_TARGET inline float vsum(Vec a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

@@ -49,6 +49,7 @@ PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
 PAGODA_TARGET inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 PAGODA_TARGET inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 PAGODA_TARGET inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+PAGODA_TARGET inline Vec vdiv(Vec a, Vec b) { return _mm512_div_ps(a, b); }
 
 // Full-mask maskz forms: GCC 12's unmasked ones pass _mm512_undefined_ps()
 // and trip -Wmaybe-uninitialized.

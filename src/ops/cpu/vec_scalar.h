@@ -3,6 +3,7 @@
 // tree are fixed, so results are deterministic.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -57,6 +58,7 @@ inline void vstore_tail(float* p, Vec a, int n) { std::memcpy(p, &a, n * sizeof(
 inline Vec vfma(Vec a, Vec b, Vec c) { return a * b + c; }
 inline Vec vadd(Vec a, Vec b) { return a + b; }
 inline Vec vmul(Vec a, Vec b) { return a * b; }
+inline Vec vdiv(Vec a, Vec b) { return a / b; }
 
 inline float vsum(Vec a) { return (a[0] + a[2]) + (a[1] + a[3]); }
 
@@ -71,12 +73,13 @@ inline Vec vmin(Vec a, Vec b) { return a < b ? a : b; }
 inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
 // Round to the nearest integer (ties to even), as a float.
 inline Vec vround(Vec a) {
-  for (int i = 0; i < kLanes; ++i) a[i] = __builtin_roundevenf(a[i]);
+  for (int i = 0; i < kLanes; ++i)
+    a[i] = std::nearbyint(a[i]);  // default rounding: to nearest even
   return a;
 }
 // a * 2^n for integral n in [-126, 127].
 inline Vec vldexp(Vec a, Vec n) {
-  for (int i = 0; i < kLanes; ++i) a[i] = __builtin_ldexpf(a[i], static_cast<int>(n[i]));
+  for (int i = 0; i < kLanes; ++i) a[i] = std::ldexp(a[i], static_cast<int>(n[i]));
   return a;
 }
 
