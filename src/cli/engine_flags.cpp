@@ -61,6 +61,10 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
          "int8 with per-row scales; activations quantized per token)")
       ->check(CLI::IsMember({"none", "int8"}))
       ->default_str("none");
+  cmd.add_flag("--no-repack{false}", o.repack_weights,
+               "Keep bf16 weights in place in the checkpoint mapping instead of packing them into "
+               "GEMM panels at load (packing is done only on CPUs with avx512_bf16; it makes "
+               "prefill and batched decode faster)");
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
@@ -74,7 +78,9 @@ int run_on_rank0(const std::string& model, const EngineOptions& options,
 }
 
 std::string weights_summary(const LLMEngine& engine) {
-  if (engine.options().quantization == Quantization::None) return "as stored";
+  if (engine.options().quantization == Quantization::None) {
+    return engine.model().repacked_weights() ? "bf16, repacked into GEMM panels" : "as stored";
+  }
   return fmt::format("{} ({} kernels)", quantization_name(engine.options().quantization),
                      ops::int8_kernel_name());
 }

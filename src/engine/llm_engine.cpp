@@ -47,10 +47,10 @@ std::unique_ptr<CausalLM> load_shard(const std::string& model_dir, const EngineO
   } else if (comm.size() > 1) {  // mpirun binds each rank to its own core(s)
     set_num_threads(parallel::cpus_in_affinity_mask());
   }
-  if (comm.size() == 1) return load_model(model_dir, comm, options.quantization);
+  if (comm.size() == 1) return load_model(model_dir, comm, {options.quantization, options.repack_weights});
   std::unique_ptr<CausalLM> model;
   try {
-    model = load_model(model_dir, comm, options.quantization);
+    model = load_model(model_dir, comm, {options.quantization, options.repack_weights});
   } catch (const parallel::ParallelConfigError&) {
     throw;  // raised identically on every rank, before any collective
   } catch (...) {

@@ -31,6 +31,8 @@ struct EngineOptions {
   int tensor_parallel_size = 1;
   // Load-time weight quantization of every linear layer (--quantization).
   Quantization quantization = Quantization::None;
+  // Pack bf16 weight matrices into GEMM panels at load (--no-repack: off).
+  bool repack_weights = true;
 };
 
 // Engine-wide counters (the server's /metrics reads these).

@@ -10,6 +10,7 @@
 #include "models/rope.h"
 #include "models/weights.h"
 #include "ops/ops.h"
+#include "ops/packed.h"
 #include "parallel/communicator.h"
 
 namespace pagoda {
@@ -113,13 +114,15 @@ struct Workspace {
 class LlamaModel final : public CausalLM {
  public:
   LlamaModel(const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint,
-             const LlamaVariant& variant, parallel::Communicator& comm, Quantization quantization)
+             const LlamaVariant& variant, parallel::Communicator& comm,
+             const WeightOptions& options)
       : config_(config),
         comm_(comm),
         shard_(config, comm.rank(), comm.size()),
         checkpoint_(std::move(checkpoint)),
         weights_(*checkpoint_),
-        quantization_(quantization) {
+        quantization_(options.quantization),
+        repack_(options.repack) {
     load(variant);
     inv_freq_ =
         rope_inv_freq(config_.rope_scaling, config_.rope_theta, static_cast<int>(config_.head_dim));
@@ -138,6 +141,7 @@ class LlamaModel final : public CausalLM {
 
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
   size_t owned_weight_bytes() const override { return weights_.owned_bytes(); }
+  bool repacked_weights() const override { return lm_head_.packed; }
 
   int64_t weight_bytes_per_step() const override {
     auto bytes = [](const ops::Matrix& m) { return matrix_bytes(m); };
@@ -153,6 +157,9 @@ class LlamaModel final : public CausalLM {
   void embed(const BatchMetadata& batch, int64_t tokens);
   void lm_head(int64_t rows, float* logits);
   void load(const LlamaVariant& variant);
+  // A linear layer's matrix as the kernels will read it: int8 with
+  // --quantization int8, else packed bf16 where that is native, else as is.
+  ops::Matrix prepared(const ops::Matrix& m, bool source_still_used);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
                  float* k_cache, float* v_cache, const ops::KVLayout& layout, int64_t tokens);
 
@@ -162,6 +169,7 @@ class LlamaModel final : public CausalLM {
   std::unique_ptr<Checkpoint> checkpoint_;
   WeightStore weights_;
   Quantization quantization_;
+  bool repack_;
   ops::Matrix embed_tokens_, lm_head_;
   const float* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
@@ -210,16 +218,20 @@ void LlamaModel::load(const LlamaVariant& variant) {
     w.up = weights_.row_slice(p + "mlp.up_proj.weight", inter, h, i0, in);
     w.down = weights_.col_slice(p + "mlp.down_proj.weight", h, inter, i0, in);
     if (!c.layer_sliding_window.empty()) w.sliding_window = c.layer_sliding_window[i];
-    if (quantization_ == Quantization::Int8) {  // this rank's shards, layer by layer
-      for (ops::Matrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
-        *m = weights_.quantize_int8(*m, false);
-      }
+    for (ops::Matrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
+      *m = prepared(*m, false);  // this rank's shards, layer by layer
     }
   }
-  if (quantization_ == Quantization::Int8) {
-    // A tied LM head is quantized from the embedding, which lookups still read.
-    lm_head_ = weights_.quantize_int8(lm_head_, c.tie_word_embeddings);
+  // A tied LM head is converted from the embedding, which lookups still read.
+  lm_head_ = prepared(lm_head_, c.tie_word_embeddings);
+}
+
+ops::Matrix LlamaModel::prepared(const ops::Matrix& m, bool source_still_used) {
+  if (quantization_ == Quantization::Int8) return weights_.quantize_int8(m, source_still_used);
+  if (repack_ && m.dtype == DType::BF16 && m.cols % 2 == 0 && ops::packed_bf16_is_native()) {
+    return weights_.repack_bf16(m, source_still_used);
   }
+  return m;
 }
 
 void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
@@ -359,12 +371,12 @@ std::unique_ptr<CausalLM> make_llama_family(const ModelConfig& config,
                                             std::unique_ptr<Checkpoint> checkpoint,
                                             const LlamaVariant& variant,
                                             parallel::Communicator& comm,
-                                            Quantization quantization) {
+                                            const WeightOptions& options) {
   if (config.hidden_act != "silu") {
     throw_input_error("{}/config.json: hidden_act '{}' is not supported (only 'silu')",
                       checkpoint->dir(), config.hidden_act);
   }
-  return std::make_unique<LlamaModel>(config, std::move(checkpoint), variant, comm, quantization);
+  return std::make_unique<LlamaModel>(config, std::move(checkpoint), variant, comm, options);
 }
 
 }  // namespace pagoda

@@ -20,6 +20,6 @@ std::unique_ptr<CausalLM> make_llama_family(const ModelConfig& config,
                                             std::unique_ptr<Checkpoint> checkpoint,
                                             const LlamaVariant& variant,
                                             parallel::Communicator& comm,
-                                            Quantization quantization = Quantization::None);
+                                            const WeightOptions& options = {});
 
 }  // namespace pagoda

@@ -74,6 +74,8 @@ class CausalLM {
   // Bytes of weights copied or converted at load (the rest are used in
   // place from the checkpoint mapping).
   virtual size_t owned_weight_bytes() const { return 0; }
+  // Whether bf16 matrices were repacked into GEMM panels at load.
+  virtual bool repacked_weights() const { return false; }
 };
 
 // Builds the model for DIR from config.json's architectures[0] (registry.cpp).
@@ -81,10 +83,11 @@ class CausalLM {
 // match the config (tensor name, shape, dtype). With a communicator of size
 // tp > 1 the model holds this rank's shard (ParallelConfigError if the
 // model's head counts do not split tp ways). Quantization::Int8 quantizes
-// every linear layer and the LM head after sharding (embeddings stay).
+// every linear layer and the LM head after sharding (embeddings stay);
+// otherwise bf16 ones are repacked (ops/packed.h) unless options.repack is off.
 std::unique_ptr<CausalLM> load_model(const std::string& dir);
 std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm,
-                                     Quantization quantization = Quantization::None);
+                                     const WeightOptions& options = {});
 
 // Resident bytes of this process's mappings of *.safetensors files (from
 // /proc/self/smaps): the checkpoint pages this rank actually touched.

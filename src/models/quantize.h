@@ -14,6 +14,16 @@ namespace pagoda {
 
 enum class Quantization { None, Int8 };
 
+// How the loader prepares weight matrices (--quantization, --no-repack).
+struct WeightOptions {
+  WeightOptions(Quantization q = Quantization::None, bool repack_bf16 = true)  // NOLINT: implicit
+      : quantization(q), repack(repack_bf16) {}
+  Quantization quantization;
+  // Unquantized bf16 matrices are packed into panels (ops/packed.h) when the
+  // CPU has the kernel for them; false keeps them in place in the mapping.
+  bool repack;
+};
+
 std::string_view quantization_name(Quantization q);
 // "none" or "int8"; anything else throws InputError naming the choices.
 Quantization parse_quantization(std::string_view name);

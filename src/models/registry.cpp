@@ -13,25 +13,26 @@ namespace pagoda {
 
 namespace {
 
-using Factory = std::function<std::unique_ptr<CausalLM>(
-    const ModelConfig&, std::unique_ptr<Checkpoint>, parallel::Communicator&, Quantization)>;
+using Factory =
+    std::function<std::unique_ptr<CausalLM>(const ModelConfig&, std::unique_ptr<Checkpoint>,
+                                            parallel::Communicator&, const WeightOptions&)>;
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> kRegistry = {
       {"LlamaForCausalLM",
-       [](const ModelConfig& c, auto ckpt, auto& comm, Quantization q) {
+       [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_llama_family(c, std::move(ckpt), {}, comm, q);
        }},
       {"MistralForCausalLM",
-       [](const ModelConfig& c, auto ckpt, auto& comm, Quantization q) {
+       [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_llama_family(c, std::move(ckpt), {}, comm, q);
        }},
       {"Qwen2ForCausalLM",
-       [](const ModelConfig& c, auto ckpt, auto& comm, Quantization q) {
+       [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_llama_family(c, std::move(ckpt), {}, comm, q);
        }},
       {"Qwen3ForCausalLM",
-       [](const ModelConfig& c, auto ckpt, auto& comm, Quantization q) {
+       [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_llama_family(c, std::move(ckpt), {.qk_norm = true}, comm, q);
        }},
   };
@@ -45,7 +46,7 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir) {
 }
 
 std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm,
-                                     Quantization quantization) {
+                                     const WeightOptions& options) {
   const ModelConfig config = load_model_config(dir);
   const auto it = registry().find(config.architecture);
   if (it == registry().end()) {
@@ -54,7 +55,7 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
     throw_input_error("{}/config.json: unknown architecture '{}' (supported: {})", dir,
                       config.architecture, known);
   }
-  return it->second(config, Checkpoint::open(dir), comm, quantization);
+  return it->second(config, Checkpoint::open(dir), comm, options);
 }
 
 int64_t resident_checkpoint_bytes() {

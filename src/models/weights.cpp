@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "models/quantize.h"
+#include "ops/packed.h"
 
 namespace pagoda {
 
@@ -135,17 +136,32 @@ const float* WeightStore::vector_slice(const std::string& name, int64_t n, int64
 }
 
 ops::Matrix WeightStore::quantize_int8(const ops::Matrix& source, bool source_still_used) {
-  auto* raw = static_cast<uint8_t*>(own(int8_matrix_bytes(source.rows, source.cols) + 63));
-  void* out = raw + (64 - reinterpret_cast<uintptr_t>(raw) % 64) % 64;
-  const ops::Matrix q = quantize_matrix_int8(source, out);
+  const ops::Matrix q =
+      quantize_matrix_int8(source, own_aligned(int8_matrix_bytes(source.rows, source.cols)));
+  drop(source, source_still_used);
+  return q;
+}
+
+ops::Matrix WeightStore::repack_bf16(const ops::Matrix& source, bool source_still_used) {
+  const ops::Matrix packed =
+      ops::pack_bf16(source, own_aligned(ops::packed_bf16_bytes(source.rows, source.cols)));
+  drop(source, source_still_used);
+  return packed;
+}
+
+void* WeightStore::own_aligned(size_t bytes) {
+  auto* raw = static_cast<uint8_t*>(own(bytes + 63));
+  return raw + (64 - reinterpret_cast<uintptr_t>(raw) % 64) % 64;
+}
+
+void WeightStore::drop(const ops::Matrix& source, bool still_used) {
   for (auto& buffer : owned_) {
     if (buffer.data() == source.data) {
-      if (!source_still_used) std::vector<uint8_t>().swap(buffer);
-      return q;
+      if (!still_used) std::vector<uint8_t>().swap(buffer);
+      return;
     }
   }
   release_pages(source.data, static_cast<size_t>(matrix_bytes(source)));
-  return q;
 }
 
 size_t WeightStore::owned_bytes() const {

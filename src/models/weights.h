@@ -1,7 +1,8 @@
 // Typed views of checkpoint tensors for the kernels. F32 and BF16 tensors
 // are used in place from the file mapping; anything the kernels cannot read
 // directly (F16, misaligned data, vectors wanted as f32) is converted once,
-// at load, into buffers this store owns.
+// at load, into buffers this store owns, and so are the int8 and packed
+// bf16 copies the model asks for (which replace their sources in memory).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,10 @@ class WeightStore {
   // embedding), checkpoint pages are released (a later read of them, such
   // as an embedding row, faults just those pages back in).
   ops::Matrix quantize_int8(const ops::Matrix& source, bool source_still_used);
+  // A packed copy (ops/packed.h) of a row-major BF16 matrix this store
+  // returned (even cols), the source dropped as by quantize_int8: the
+  // packed panels replace the mapped weights, they do not add to them.
+  ops::Matrix repack_bf16(const ops::Matrix& source, bool source_still_used);
   // A 1-D tensor of n values as f32.
   const float* vector(const std::string& name, int64_t n);
   // Elements [begin, begin + count) of a 1-D tensor of n values, as f32.
@@ -50,6 +55,9 @@ class WeightStore {
 
  private:
   void* own(size_t bytes);
+  void* own_aligned(size_t bytes);  // 64-byte aligned: vectors never straddle lines
+  // Frees an owned source (unless still used) or releases its checkpoint pages.
+  void drop(const ops::Matrix& source, bool still_used);
 
   const Checkpoint& checkpoint_;
   std::deque<std::vector<uint8_t>> owned_;  // deque: buffers never move

@@ -13,7 +13,8 @@
 
 namespace pagoda::ops {
 
-// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16 or I8.
+// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16 or I8;
+// packed BF16 matrices (packed = true) use the panel layout of ops/packed.h.
 // I8 (ops/quant.h): row r is q[r, :] * scales[r] (symmetric, per output
 // channel); row_sums[r] = sum_c q[r, c] lets the VNNI kernel use unsigned
 // activations (x + 128) and subtract 128 * row_sums[r].
@@ -24,6 +25,7 @@ struct Matrix {
   int64_t cols = 0;
   const float* scales = nullptr;      // I8 only: [rows]
   const int32_t* row_sums = nullptr;  // I8 only: [rows]
+  bool packed = false;                // BF16 only: ops/packed.h layout
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr).

@@ -5,10 +5,12 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/packed.h"
+
 namespace pagoda::ops::ref {
 
 float matrix_at(const Matrix& w, int64_t row, int64_t col) {
-  const int64_t i = row * w.cols + col;
+  const int64_t i = w.packed ? packed_index(row, col, w.cols) : row * w.cols + col;
   if (w.dtype == DType::BF16) {
     bf16_t h;
     std::memcpy(&h, static_cast<const uint8_t*>(w.data) + 2 * i, 2);

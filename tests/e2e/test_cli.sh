@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The `pagoda` command line: help, the demo, JSON output, prompt files,
-# clear errors with exit code 2 for bad input, and bench latency without a
-# decode step.
+# clear errors with exit code 2 for bad input, bench latency without a
+# decode step, and which weights are repacked (--no-repack).
 set -uo pipefail
 pagoda=$1
 src=$2
@@ -85,6 +85,20 @@ assert one["decode_tokens_per_s_runs"] == [] and one["prefill_tokens_per_s"] > 0
 assert three["decode_tokens_per_s"] > 0 and three["decode_ms_per_step"] > 0, three
 assert len(three["decode_tokens_per_s_runs"]) == 2, three
 PY
+
+# bf16 weights are repacked into GEMM panels where the CPU has avx512_bf16
+# (--no-repack keeps them in place in the mapping); f32 weights never are.
+weights_of() {  # bench latency's "weights" field for a model and flags
+  "$pagoda" bench latency --model "$1" --input-len 4 --output-len 2 --repeats 1 --no-roofline \
+    --json "${@:2}" 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["weights"])'
+}
+bf16_model=$src/tests/data/stories260k-bf16
+want_bf16="as stored"
+grep -qw avx512_bf16 /proc/cpuinfo && want_bf16="bf16, repacked into GEMM panels"
+[[ $(weights_of "$bf16_model") == "$want_bf16" ]] \
+  || fail "bf16 model weights: '$(weights_of "$bf16_model")', expected '$want_bf16'"
+[[ $(weights_of "$bf16_model" --no-repack) == "as stored" ]] || fail "--no-repack still repacked"
+[[ $(weights_of "$model") == "as stored" ]] || fail "f32 stories260k weights were repacked"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures CLI check(s) failed"

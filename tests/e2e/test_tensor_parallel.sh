@@ -3,7 +3,8 @@
 #  * TP=N greedy tokens equal TP=1 tokens on stories260k and on tiny random
 #    Llama / Qwen3 checkpoints whose head counts split or replicate KV heads
 #    (and an uneven vocabulary split at TP=3); TP=N logits agree with the
-#    numpy reference (tools/) and with TP=1 within 1e-4 relative;
+#    numpy reference (tools/) and with TP=1 within 1e-4 relative (bf16
+#    models: the bf16 limit, 5e-3);
 #  * the same over TCP (--mca btl tcp,self);
 #  * each rank's resident weight memory is about 1/tp of the checkpoint;
 #  * a TP size that does not match -np, TP without mpirun, or a model whose
@@ -76,7 +77,13 @@ check_model() {
     || { fail "$name: TP=$tp logits (mpirun)"; return; }
   $py "$tools/compare_logits.py" --model "$dir" --pagoda-json "$out/tp$tp.json" --rtol 1e-4 \
     || fail "$name: TP=$tp logits vs the numpy reference"
-  $py - "$out/tp1.json" "$out/tp$tp.json" "$name" "$tp" <<'PY' || fail "$name: TP=$tp vs TP=1"
+  # Row-parallel layers (o_proj, down_proj) add per-rank partial sums: a
+  # different f32 order, whose last-bit differences can flip the bf16
+  # rounding of an activation (2^-8 relative) in a bf16 model; those are
+  # held to the bf16 limit of compare_logits.py, f32 models to 1e-4.
+  local limit=1e-4
+  [[ " ${gen_args[*]} " == *" --dtype bf16 "* ]] && limit=5e-3
+  $py - "$out/tp1.json" "$out/tp$tp.json" "$name" "$tp" "$limit" <<'PY' || fail "$name: TP=$tp vs TP=1"
 import json, sys
 import numpy as np
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
@@ -84,7 +91,7 @@ assert a["output_ids"] == b["output_ids"], f"tokens differ: {a['output_ids']} vs
 x, y = np.array(a["logits"]), np.array(b["logits"])
 assert x.shape == y.shape, (x.shape, y.shape)
 err = max(np.max(np.abs(x[i] - y[i])) / np.max(np.abs(x[i])) for i in range(len(x)))
-assert err <= 1e-4, f"logits differ by {err:.2e} relative"
+assert err <= float(sys.argv[5]), f"logits differ by {err:.2e} relative (limit {sys.argv[5]})"
 print(f"ok {sys.argv[3]}: TP={sys.argv[4]} equals TP=1 ({len(x)} steps, worst relative {err:.2e})")
 PY
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -43,6 +44,16 @@ class TempDir {
  private:
   fs::path path_;
 };
+
+// A checkpoint written by tools/make_tiny_checkpoint.py (ARGS) under tmp.
+inline std::string tiny_checkpoint(const TempDir& tmp, const std::string& args) {
+  const std::string dir = (tmp / "tiny").string();
+  const std::string cmd = "/usr/bin/python3 " PAGODA_SOURCE_DIR
+                          "/tools/make_tiny_checkpoint.py --out " +
+                          dir + " " + args + " > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return dir;
+}
 
 inline std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

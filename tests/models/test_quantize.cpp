@@ -23,6 +23,7 @@ namespace {
 
 using test::prefill_and_decode;
 using test::TempDir;
+using test::tiny_checkpoint;
 using test::worst_relative_error;
 
 TEST(Quantization, ParsesNamesAndRefusesOthers) {
@@ -105,15 +106,6 @@ void expect_int8_close(const std::string& dir, double bound, double max_bytes_ra
 // scales); the bound leaves ~2x margin.
 TEST(QuantizedModel, Stories260kLogitsCloseToF32) {
   expect_int8_close(PAGODA_MODELS_DIR "/stories260k", 0.06, 0.3);
-}
-
-std::string tiny_checkpoint(const TempDir& tmp, const std::string& args) {
-  const std::string dir = (tmp / "tiny").string();
-  const std::string cmd = "/usr/bin/python3 " PAGODA_SOURCE_DIR
-                          "/tools/make_tiny_checkpoint.py --out " +
-                          dir + " " + args + " > /dev/null";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return dir;
 }
 
 TEST(QuantizedModel, TinyQwen3LogitsCloseToUnquantized) {

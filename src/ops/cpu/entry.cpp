@@ -8,6 +8,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant_kernels.h"
 #include "ops/ops.h"
+#include "ops/packed.h"
 
 namespace pagoda::ops {
 
@@ -44,7 +45,7 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   PAGODA_CHECK(count >= 1 && count <= kMaxLinearOutputs, "linear_multi: {} outputs", count);
   if (m <= 0) return;
   const int64_t k = outs[0].w->cols;
-  bool all_bf16 = true;
+  bool all_bf16 = true, any_packed = false;
   for (int i = 0; i < count; ++i) {
     const Matrix& w = *outs[i].w;
     PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8,
@@ -52,20 +53,29 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
     PAGODA_CHECK(w.cols == k, "linear_multi: output {} has {} cols, x has {}", i, w.cols, k);
     PAGODA_CHECK(outs[i].ldy == 0 || outs[i].ldy >= w.rows, "linear: output stride {} < {} rows",
                  outs[i].ldy, w.rows);
+    PAGODA_CHECK(!w.packed || (w.dtype == DType::BF16 && k % 2 == 0),
+                 "linear: packed {} weights with {} cols", dtype_name(w.dtype), k);
     all_bf16 = all_bf16 && w.dtype == DType::BF16;
+    any_packed = any_packed || w.packed;
   }
   for (int i = 0; i < count; ++i) {  // int8 weights quantize x themselves
     const LinearOutput& o = outs[i];
     if (o.w->dtype == DType::I8 && o.w->rows > 0) cpu::linear_i8(x, m, *o.w, o.bias, o.y, o.ldy);
   }
   const cpu::KernelTable& kt = cpu::active_kernels();
+  // Row-major bf16 weights take the dot-product kernel when every output
+  // does (one rounding of x); packed ones whenever the ISA has the kernel.
   const bool bf16_dot = all_bf16 && kt.linear_bf16_dot;
-  const uint16_t* xb = bf16_dot ? bf16_activations(kt, x, m, k) : nullptr;
-  // Output i owns units [unit_begin[i], unit_begin[i + 1]) of the split.
+  const bool packed_native = any_packed && kt.linear_bf16_packed;
+  const uint16_t* xb = bf16_dot || packed_native ? bf16_activations(kt, x, m, k) : nullptr;
+  // Output i owns units [unit_begin[i], unit_begin[i + 1]) of the split; a
+  // unit is kColumnUnit columns, or one panel of packed weights.
+  auto unit_cols = [](const Matrix& w) { return w.packed ? kPackedCols : kColumnUnit; };
   int64_t unit_begin[kMaxLinearOutputs + 1] = {0};
   for (int i = 0; i < count; ++i) {
-    const int64_t rows = outs[i].w->dtype == DType::I8 ? 0 : outs[i].w->rows;
-    unit_begin[i + 1] = unit_begin[i] + (rows + kColumnUnit - 1) / kColumnUnit;
+    const Matrix& w = *outs[i].w;
+    const int64_t rows = w.dtype == DType::I8 ? 0 : w.rows;
+    unit_begin[i + 1] = unit_begin[i] + (rows + unit_cols(w) - 1) / unit_cols(w);
   }
   const int64_t units = unit_begin[count];
   if (units == 0) return;
@@ -78,8 +88,17 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
       if (lo >= hi) continue;
       const LinearOutput& o = outs[i];
       const int64_t n = o.w->rows, ldy = o.ldy ? o.ldy : n;
-      const int64_t n0 = (lo - unit_begin[i]) * kColumnUnit;
-      const int64_t n1 = std::min(n, (hi - unit_begin[i]) * kColumnUnit);
+      const int64_t u_lo = lo - unit_begin[i], u_hi = hi - unit_begin[i];
+      if (o.w->packed) {
+        const auto* w = static_cast<const uint16_t*>(o.w->data);
+        if (packed_native) {
+          kt.linear_bf16_packed(xb, m, w, k, n, ldy, o.bias, o.y, u_lo, u_hi);
+        } else {
+          cpu::linear_packed_portable(x, m, *o.w, ldy, o.bias, o.y, u_lo, u_hi);
+        }
+        continue;
+      }
+      const int64_t n0 = u_lo * kColumnUnit, n1 = std::min(n, u_hi * kColumnUnit);
       if (bf16_dot) {
         kt.linear_bf16_dot(xb, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0,
                            n1);

@@ -73,12 +73,29 @@ struct KernelTable {
   void (*bf16_rows)(const float* x, int64_t count, uint16_t* out) = nullptr;
   void (*linear_bf16_dot)(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
                           const float* bias, float* y, int64_t n0, int64_t n1) = nullptr;
+  // Packed bf16 weights (ops/packed.h), x as for linear_bf16_dot (k even):
+  // the output columns of panels [p0, p1) of y (row stride ldy); columns
+  // >= n are not stored. Null where the ISA has no native kernel (entry.cpp
+  // then runs a portable loop). Rows are batch-invariant as above.
+  void (*linear_bf16_packed)(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
+                             int64_t ldy, const float* bias, float* y, int64_t p0,
+                             int64_t p1) = nullptr;
 };
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();
 const KernelTable& avx512_kernels();
 const KernelTable& avx512bf16_kernels();  // avx512 + vdpbf16ps linears
+
+// linear over packed bf16 weights (panels [p0, p1)) for ISAs without a
+// native kernel: f32 activations, weights widened (packed.cpp).
+void linear_packed_portable(const float* x, int64_t m, const Matrix& w, int64_t ldy,
+                            const float* bias, float* y, int64_t p0, int64_t p1);
+
+namespace avx512bf16_impl {  // packed_avx512bf16.cpp
+void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
+                   int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1);
+}
 
 // The table of the ISA chosen by set_isa (best_isa() by default).
 const KernelTable& active_kernels();

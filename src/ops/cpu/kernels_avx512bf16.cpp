@@ -157,6 +157,7 @@ const KernelTable& avx512bf16_kernels() {
     KernelTable t = avx512_kernels();
     t.bf16_rows = avx512bf16::to_bf16;
     t.linear_bf16_dot = avx512bf16::linear_bf16_dot;
+    t.linear_bf16_packed = avx512bf16_impl::linear_packed;
     return t;
   }();
   return table;

@@ -1,0 +1,68 @@
+// Packing bf16 weights into panels (ops/packed.h), and the portable linear
+// over packed weights for ISAs without a native kernel.
+#include "ops/packed.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/kernels.h"
+
+namespace pagoda::ops {
+
+bool packed_bf16_is_native() { return cpu::active_kernels().linear_bf16_packed != nullptr; }
+
+Matrix pack_bf16(const Matrix& src, void* out) {
+  PAGODA_CHECK(src.dtype == DType::BF16 && !src.packed, "pack_bf16: {} weights{}",
+               dtype_name(src.dtype), src.packed ? " (already packed)" : "");
+  PAGODA_CHECK(src.cols % 2 == 0, "pack_bf16: odd number of cols {}", src.cols);
+  // A pair of bf16 inputs is one 32-bit word in both layouts.
+  const int64_t pairs = src.cols / 2;
+  const auto* in = static_cast<const uint32_t*>(src.data);
+  auto* words = static_cast<uint32_t*>(out);
+  parallel_for(packed_panels(src.rows), 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t panel = p0; panel < p1; ++panel) {
+      uint32_t* dst = words + panel * pairs * kPackedCols;
+      const int64_t row0 = panel * kPackedCols;
+      for (int64_t p = 0; p < pairs; ++p) {
+        for (int64_t c = 0; c < kPackedCols; ++c) {
+          const int64_t row = row0 + c;
+          dst[p * kPackedCols + c] = row < src.rows ? in[row * pairs + p] : 0;
+        }
+      }
+    }
+  });
+  Matrix packed = src;
+  packed.data = out;
+  packed.packed = true;
+  return packed;
+}
+
+namespace cpu {
+
+void linear_packed_portable(const float* x, int64_t m, const Matrix& w, int64_t ldy,
+                            const float* bias, float* y, int64_t p0, int64_t p1) {
+  const int64_t k = w.cols, pairs = k / 2;
+  const auto* words = static_cast<const uint16_t*>(w.data);
+  for (int64_t panel = p0; panel < p1; ++panel) {
+    const uint16_t* base = words + panel * pairs * kPackedCols * 2;
+    const int64_t c0 = panel * kPackedCols;
+    const int64_t cols = w.rows - c0 < kPackedCols ? w.rows - c0 : kPackedCols;
+    for (int64_t r = 0; r < m; ++r) {
+      float acc[kPackedCols] = {};
+      const float* xr = x + r * k;
+      for (int64_t p = 0; p < pairs; ++p) {
+        const uint16_t* pair_row = base + p * kPackedCols * 2;
+        for (int64_t c = 0; c < kPackedCols; ++c) {
+          acc[c] += xr[2 * p] * bf16_to_f32(pair_row[2 * c]) +
+                    xr[2 * p + 1] * bf16_to_f32(pair_row[2 * c + 1]);
+        }
+      }
+      for (int64_t c = 0; c < cols; ++c)
+        y[r * ldy + c0 + c] = bias ? acc[c] + bias[c0 + c] : acc[c];
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace pagoda::ops

@@ -1,0 +1,121 @@
+// The GEMM/GEMV over packed bf16 weights (ops/packed.h) with vdpbf16ps:
+// a tile is kTileRows activation rows x one 64-column panel = 24 zmm
+// accumulators; per input pair it loads the panel's 4 vectors once and
+// multiplies each into every row's broadcast activation pair.
+//
+// Determinism: output [r, c] is one accumulator chain over the pairs
+// p = 0, 1, ... in order, from +0, then + bias, in every tile shape (6 rows
+// or 1), k block and thread split: rows do not depend on the batch. Between
+// k blocks the partial sums rest in y as f32, which is exact.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "ops/cpu/kernels.h"
+#include "ops/packed.h"
+
+#define PAGODA_BF16_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
+
+namespace pagoda::ops::cpu::avx512bf16_impl {
+namespace {
+
+constexpr int kVectors = kPackedCols / 16;  // zmm per panel row
+constexpr int kTileRows = 6;                // 6 x 4 accumulators + 4 panel vectors
+// Pairs per k block: the panel's block (kBlockPairs x 256 bytes = 128 KiB)
+// stays in L2 while every row tile passes over it, and the partial sums
+// are stored and reloaded only once per block.
+constexpr int64_t kBlockPairs = 512;
+constexpr int64_t kPairStride = kPackedCols * 2;  // bf16 elements per pair of a panel
+
+// acc[r][v] (+)= sum over pairs [p0, p1) of x row r's pair times the panel's
+// pair, for rows x + r * ldx; y rows at y + r * ldy (panel-local columns).
+template <int R>
+PAGODA_BF16_TARGET inline void panel_tile(const uint16_t* x, int64_t ldx, const uint16_t* panel,
+                                          int64_t p0, int64_t p1, bool first, float* y,
+                                          int64_t ldy) {
+  __m512 acc[R][kVectors];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v)
+      acc[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + r * ldy + 16 * v);
+  }
+  const uint16_t* b = panel + p0 * kPairStride;
+  for (int64_t p = p0; p < p1; ++p, b += kPairStride) {
+    __m512bh w[kVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) w[v] = (__m512bh)_mm512_loadu_si512(b + 32 * v);
+    // A lone row (decode) is bound by streaming the panel: ask for it
+    // 2 KiB ahead, beyond what the hardware prefetcher has in flight.
+    if constexpr (R == 1) __builtin_prefetch(b + 8 * kPairStride, 0, 0);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, x + r * ldx + 2 * p, sizeof pair);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, w[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
+  }
+}
+
+// Rows [0, m) x one panel, all k, into y (ldy, kPackedCols valid columns).
+PAGODA_BF16_TARGET void panel_rows(const uint16_t* x, int64_t m, const uint16_t* panel, int64_t k,
+                                   float* y, int64_t ldy) {
+  const int64_t pairs = k / 2;
+  for (int64_t p0 = 0; p0 < pairs; p0 += kBlockPairs) {
+    const int64_t p1 = p0 + kBlockPairs < pairs ? p0 + kBlockPairs : pairs;
+    int64_t r = 0;
+    for (; r + kTileRows <= m; r += kTileRows)
+      panel_tile<kTileRows>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy);
+    for (; r < m; ++r) panel_tile<1>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy);
+  }
+}
+
+}  // namespace
+
+PAGODA_BF16_TARGET void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k,
+                                      int64_t n, int64_t ldy, const float* bias, float* y,
+                                      int64_t p0, int64_t p1) {
+  // A panel cut by n is computed into this buffer in row tiles and its
+  // valid columns copied out.
+  alignas(64) float tail[kTileRows * kPackedCols];
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint16_t* panel = w + p * (k / 2) * kPairStride;
+    const int64_t c0 = p * kPackedCols;
+    const int64_t cols = n - c0 < kPackedCols ? n - c0 : kPackedCols;
+    if (cols == kPackedCols) {
+      panel_rows(x, m, panel, k, y + c0, ldy);
+      if (bias) {
+        for (int64_t r = 0; r < m; ++r) {
+          float* yr = y + r * ldy + c0;
+#pragma GCC unroll 4
+          for (int v = 0; v < kVectors; ++v) {
+            _mm512_storeu_ps(yr + 16 * v, _mm512_add_ps(_mm512_loadu_ps(yr + 16 * v),
+                                                        _mm512_loadu_ps(bias + c0 + 16 * v)));
+          }
+        }
+      }
+      continue;
+    }
+    for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
+      const int64_t rows = m - r0 < kTileRows ? m - r0 : kTileRows;
+      panel_rows(x + r0 * k, rows, panel, k, tail, kPackedCols);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const float s = tail[r * kPackedCols + c];
+          y[(r0 + r) * ldy + c0 + c] = bias ? s + bias[c0 + c] : s;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace pagoda::ops::cpu::avx512bf16_impl

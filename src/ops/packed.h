@@ -1,0 +1,49 @@
+// bf16 weights repacked at load into column panels for the vdpbf16ps GEMM
+// (the layout llama.cpp calls "repack" and oneDNN "blocked"): the row-major
+// [rows = out_features, cols = in_features] matrix becomes panels of
+// kPackedCols output columns, each panel [cols / 2][kPackedCols][2]: for one
+// pair of inputs (2p, 2p + 1), the kPackedCols outputs' weight pairs lie
+// side by side in 256 bytes, four zmm registers of 16 (input, input) pairs.
+//
+// Why: the kernel then broadcasts one pair of activations and multiplies it
+// into 64 outputs with 4 full-width loads, so a GEMM reaches ~85% of the
+// bf16 peak where dot products over row-major weights (horizontal sums, two
+// streams per tile) stay near 50%; a panel is also one contiguous stream
+// for decode. Each output is one accumulator chain over the pairs in order,
+// whatever the batch or thread split, so rows stay batch-invariant.
+//
+// Rows past `rows` in the last panel are zero. cols must be even.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/ops.h"
+
+namespace pagoda::ops {
+
+constexpr int64_t kPackedCols = 64;
+
+inline int64_t packed_panels(int64_t rows) { return (rows + kPackedCols - 1) / kPackedCols; }
+
+inline size_t packed_bf16_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(packed_panels(rows) * kPackedCols * cols) * 2;
+}
+
+// Index (in bf16 elements) of weight [row, col] in a packed matrix.
+inline int64_t packed_index(int64_t row, int64_t col, int64_t cols) {
+  return ((row / kPackedCols * (cols / 2) + col / 2) * kPackedCols + row % kPackedCols) * 2 +
+         col % 2;
+}
+
+// Whether the selected ISA has a kernel for packed bf16 weights (the model
+// loader packs only then: other ISAs read packed weights through a slow
+// portable loop, correct but not worth it).
+bool packed_bf16_is_native();
+
+// Packs a row-major BF16 matrix with an even number of cols into `out`
+// (packed_bf16_bytes, 64-byte aligned), in parallel; returns the packed
+// Matrix viewing `out`.
+Matrix pack_bf16(const Matrix& src, void* out);
+
+}  // namespace pagoda::ops

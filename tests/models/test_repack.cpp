@@ -1,0 +1,68 @@
+// Load-time repacking of bf16 weights into GEMM panels (ops/packed.h): the
+// repacked model computes what the in-place one does (up to bf16 rounding
+// of activations), and the panels replace the checkpoint pages in memory.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "checkpoint_test_util.h"
+#include "forward_test_util.h"
+#include "models/model.h"
+#include "models/quantize.h"
+#include "ops/packed.h"
+
+namespace pagoda {
+namespace {
+
+using test::prefill_and_decode;
+using test::TempDir;
+using test::tiny_checkpoint;
+using test::worst_relative_error;
+
+const std::vector<int32_t> kPrompt = {1, 45, 300, 17, 88, 102, 7, 256, 3, 99, 140, 12};
+
+TEST(RepackedModel, LogitsMatchTheInPlaceModel) {
+  TempDir tmp;
+  const std::string dir = tiny_checkpoint(tmp, "--arch qwen3 --dtype bf16 --tied --seed 7");
+  auto in_place = load_model(dir, parallel::single_process(), {Quantization::None, false});
+  auto packed = load_model(dir);
+  // Owned bytes beyond the f32 copies of norms both models make: every
+  // linear layer and the (tied) LM head as a packed copy, or nothing where
+  // the CPU has no native kernel (then the mapping is used in place); the
+  // copies are 64-byte aligned, a few bytes over each.
+  const auto extra = static_cast<int64_t>(packed->owned_weight_bytes()) -
+                     static_cast<int64_t>(in_place->owned_weight_bytes());
+  if (ops::packed_bf16_is_native()) {
+    const int64_t panels = packed->weight_bytes_per_step();
+    EXPECT_GE(extra, panels);
+    EXPECT_LT(extra, panels + panels / 100);
+  } else {
+    EXPECT_EQ(extra, 0);
+  }
+  const std::vector<float> want = prefill_and_decode(*in_place, kPrompt, 33);
+  const std::vector<float> got = prefill_and_decode(*packed, kPrompt, 33);
+  // Another f32 summation order can flip the bf16 rounding of an activation
+  // (2^-8 relative): the bf16 limit of tools/compare_logits.py.
+  const double err = worst_relative_error(got, want, packed->config().vocab_size);
+  std::printf("repacked vs in place: worst relative error %.2e\n", err);
+  EXPECT_LE(err, 5e-3);
+}
+
+TEST(RepackedModel, OnlyThePanelsStayResident) {
+  // An untied bf16 model: after repacking, the checkpoint pages of every
+  // linear layer and the LM head are dropped; what stays mapped is the
+  // embedding rows read and the norms. (Without a native kernel nothing is
+  // packed and load touches no weight page either.)
+  TempDir tmp;
+  const std::string dir = tiny_checkpoint(
+      tmp, "--arch llama --dtype bf16 --hidden 256 --intermediate 512 --layers 2 --seed 8");
+  auto model = load_model(dir);
+  const int64_t linear_bytes = model->weight_bytes_per_step();
+  const int64_t resident = resident_checkpoint_bytes();
+  EXPECT_LT(resident, linear_bytes / 4) << "resident " << resident << " linear " << linear_bytes;
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,172 @@
+// Packed bf16 weights (ops/packed.h): the layout itself, linear over it on
+// every supported ISA (native vdpbf16ps kernel or the portable loop)
+// against the reference on the row-major source, batch invariance, and
+// the other readers of a packed matrix (linear_multi, embedding).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/ops.h"
+#include "ops/packed.h"
+#include "ops/reference.h"
+#include "ops_test_util.h"
+
+namespace pagoda::ops::testing {
+namespace {
+
+// A row-major bf16 matrix and its packed copy.
+struct PackedPair {
+  std::vector<uint16_t> row_major;
+  std::vector<uint16_t> panels;
+  Matrix source, packed;
+
+  PackedPair(int64_t n, int64_t k, std::mt19937& rng)
+      : row_major(to_bf16(random_vec(n * k, rng))),
+        panels(packed_bf16_bytes(n, k) / 2, 0xFFFF),  // pad must be overwritten with zeros
+        source{row_major.data(), DType::BF16, n, k} {
+    packed = pack_bf16(source, panels.data());
+  }
+};
+
+TEST(PackBf16, EveryWeightLandsWhereTheLayoutSaysAndPadRowsAreZero) {
+  std::mt19937 rng(21);
+  const int64_t n = 130, k = 10;  // 3 panels, the last with 2 rows
+  PackedPair w(n, k, rng);
+  EXPECT_TRUE(w.packed.packed);
+  EXPECT_EQ(w.packed.rows, n);
+  EXPECT_EQ(w.packed.cols, k);
+  std::vector<bool> written(w.panels.size(), false);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      // The layout by its definition: panel r / 64, pair c / 2, column r % 64.
+      const int64_t panel = r / 64, pair = c / 2, lane = r % 64;
+      const int64_t index = ((panel * (k / 2) + pair) * 64 + lane) * 2 + c % 2;
+      ASSERT_EQ(packed_index(r, c, k), index);
+      EXPECT_EQ(w.panels[index], w.row_major[r * k + c]) << r << "," << c;
+      EXPECT_EQ(ref::matrix_at(w.packed, r, c), ref::matrix_at(w.source, r, c));
+      written[index] = true;
+    }
+  }
+  for (size_t i = 0; i < w.panels.size(); ++i) {
+    if (!written[i]) {
+      EXPECT_EQ(w.panels[i], 0) << "pad element " << i;
+    }
+  }
+}
+
+TEST(PackBf16, RefusesOddColsAndOtherDtypes) {
+  std::vector<uint16_t> data(3 * 5), out(packed_bf16_bytes(3, 6) / 2);
+  EXPECT_THROW(pack_bf16(Matrix{data.data(), DType::BF16, 3, 5}, out.data()), InternalError);
+  std::vector<float> f(3 * 6);
+  EXPECT_THROW(pack_bf16(Matrix{f.data(), DType::F32, 3, 6}, out.data()), InternalError);
+}
+
+class LinearPacked : public IsaTest {};
+
+TEST_P(LinearPacked, MatchesReferenceOnTheRowMajorSource) {
+  // The same error model as the row-major bf16 test: f32 accumulation error
+  // scaled by sum |x * w|; x is rounded to bf16 where the ISA does so.
+  std::mt19937 rng(22);
+  for (int64_t k : {2, 34, 1100}) {  // 1100: two k blocks of the native kernel
+    for (int64_t n : {1, 63, 64, 65, 200}) {
+      PackedPair w(n, k, rng);
+      const auto bias = random_vec(n, rng);
+      for (int64_t m : {1, 5, 6, 7, 13}) {
+        const auto x_in = random_vec(m * k, rng);
+        const auto x = rounds_bf16_activations(GetParam()) ? bf16_rounded(x_in) : x_in;
+        const int64_t ldy = n + 3;  // a wider output row: columns past n untouched
+        for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+          std::vector<float> y(m * ldy, -7.0f), y_ref(m * ldy, -7.0f);
+          linear(x_in.data(), m, w.packed, b, y.data(), ldy);
+          ref::linear(x.data(), m, w.source, b, y_ref.data(), ldy);
+          int bad = 0;
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < ldy; ++j) {
+              if (j >= n) {
+                if (y[i * ldy + j] != -7.0f) ++bad;
+                continue;
+              }
+              double mag = b ? std::fabs(b[j]) : 0.0;
+              for (int64_t t = 0; t < k; ++t) {
+                mag += std::fabs(double{x[i * k + t]} * ref::matrix_at(w.source, j, t));
+              }
+              const double err = std::fabs(double{y[i * ldy + j]} - y_ref[i * ldy + j]);
+              if (!(err <= 1e-5 * mag + 1e-30)) ++bad;
+            }
+          }
+          EXPECT_EQ(bad, 0) << "k=" << k << " n=" << n << " m=" << m << " bias=" << (b != nullptr);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(LinearPacked, RowsEqualDecodeRowsBitForBit) {
+  // Every row of a batched call (6-row tiles, remainder rows, the cut last
+  // panel, two k blocks) equals the same row computed alone, on 1 and 2
+  // threads: greedy outputs cannot depend on batch composition.
+  std::mt19937 rng(23);
+  for (int64_t k : {34, 1100}) {
+    for (int64_t n : {65, 389}) {
+      PackedPair w(n, k, rng);
+      const int64_t max_m = 70;
+      const auto x = random_vec(max_m * k, rng);
+      const auto bias = random_vec(n, rng);
+      std::vector<float> alone(max_m * n);
+      for (int64_t r = 0; r < max_m; ++r) {
+        linear(x.data() + r * k, 1, w.packed, bias.data(), &alone[r * n]);
+      }
+      for (int threads : {1, 2}) {
+        ScopedThreads scoped(threads);
+        for (int64_t m : {3, 64, 70}) {
+          std::vector<float> batched(m * n, NAN);
+          linear(x.data(), m, w.packed, bias.data(), batched.data());
+          EXPECT_TRUE(std::equal(batched.begin(), batched.end(), alone.begin()))
+              << "k=" << k << " n=" << n << " m=" << m << " threads=" << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(LinearPacked, LinearMultiMixingPackedAndRowMajorEqualsSeparateCalls) {
+  std::mt19937 rng(24);
+  const int64_t k = 96, m = 9;
+  PackedPair a(100, k, rng), b(64, k, rng);
+  const auto row_major = to_bf16(random_vec(40 * k, rng));
+  const Matrix c{row_major.data(), DType::BF16, 40, k};
+  const auto x = random_vec(m * k, rng);
+  const auto bias = random_vec(100, rng);
+  std::vector<float> ya(m * 100), yb(m * 64), yc(m * 40);
+  const LinearOutput outs[3] = {{&a.packed, bias.data(), ya.data()},
+                                {&b.packed, nullptr, yb.data()},
+                                {&c, nullptr, yc.data()}};
+  linear_multi(x.data(), m, outs, 3);
+  std::vector<float> ea(m * 100), eb(m * 64), ec(m * 40);
+  linear(x.data(), m, a.packed, bias.data(), ea.data());
+  linear(x.data(), m, b.packed, nullptr, eb.data());
+  linear(x.data(), m, c, nullptr, ec.data());
+  EXPECT_EQ(ya, ea);
+  EXPECT_EQ(yb, eb);
+  EXPECT_EQ(yc, ec);
+}
+
+TEST_P(LinearPacked, EmbeddingOfAPackedTableEqualsTheRowMajorOne) {
+  std::mt19937 rng(25);
+  PackedPair table(150, 12, rng);  // a tied LM head's packed copy
+  const int32_t ids[] = {0, 63, 64, 149, 7};
+  std::vector<float> got(5 * 12), want(5 * 12);
+  embedding(ids, 5, table.packed, got.data());
+  ref::embedding(ids, 5, table.source, want.data());
+  EXPECT_EQ(got, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSupported, LinearPacked, ::testing::ValuesIn(supported_isas()),
+                         isa_test_name);
+
+}  // namespace
+}  // namespace pagoda::ops::testing
