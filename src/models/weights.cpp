@@ -55,6 +55,23 @@ void release_pages(const void* data, size_t nbytes) {
 }
 void release_pages(const TensorInfo& t) { release_pages(t.data, t.nbytes); }
 
+// Maps all pages of a range in one call before a pass over it: one fault
+// per 4 KiB page costs more than the pass itself on a virtual machine.
+// Advice only: kernels before 5.14 refuse it and the pass faults as usual.
+void populate_pages(const void* data, size_t nbytes, bool write) {
+#ifdef MADV_POPULATE_WRITE
+  static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first = begin / page * page, last = (begin + nbytes + page - 1) / page * page;
+  if (last > first) {
+    madvise(reinterpret_cast<void*>(first), last - first,
+            write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+  }
+#else
+  (void)data, (void)nbytes, (void)write;
+#endif
+}
+
 void check_range(const TensorInfo& t, int64_t n, int64_t begin, int64_t count) {
   PAGODA_CHECK(begin >= 0 && count >= 0 && begin + count <= n, "slice [{}, {}) of {} ({})", begin,
                begin + count, t.name, n);
@@ -63,8 +80,10 @@ void check_range(const TensorInfo& t, int64_t n, int64_t begin, int64_t count) {
 }  // namespace
 
 void* WeightStore::own(size_t bytes) {
-  owned_.emplace_back(bytes);
-  return owned_.back().data();
+  // Not value-initialized: every user writes all of it, and zeroing a GB of
+  // packed weights first would cost as much as packing them.
+  owned_.push_back({std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes});
+  return owned_.back().data.get();
 }
 
 ops::Matrix WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols) {
@@ -143,8 +162,11 @@ ops::Matrix WeightStore::quantize_int8(const ops::Matrix& source, bool source_st
 }
 
 ops::Matrix WeightStore::repack_bf16(const ops::Matrix& source, bool source_still_used) {
-  const ops::Matrix packed =
-      ops::pack_bf16(source, own_aligned(ops::packed_bf16_bytes(source.rows, source.cols)));
+  const size_t bytes = ops::packed_bf16_bytes(source.rows, source.cols);
+  void* out = own_aligned(bytes);
+  populate_pages(source.data, static_cast<size_t>(matrix_bytes(source)), false);
+  populate_pages(out, bytes, true);
+  const ops::Matrix packed = ops::pack_bf16(source, out);
   drop(source, source_still_used);
   return packed;
 }
@@ -155,9 +177,10 @@ void* WeightStore::own_aligned(size_t bytes) {
 }
 
 void WeightStore::drop(const ops::Matrix& source, bool still_used) {
+  const auto* p = static_cast<const uint8_t*>(source.data);
   for (auto& buffer : owned_) {
-    if (buffer.data() == source.data) {
-      if (!still_used) std::vector<uint8_t>().swap(buffer);
+    if (buffer.data && p >= buffer.data.get() && p < buffer.data.get() + buffer.size) {
+      if (!still_used) buffer = {};
       return;
     }
   }
@@ -166,7 +189,7 @@ void WeightStore::drop(const ops::Matrix& source, bool still_used) {
 
 size_t WeightStore::owned_bytes() const {
   size_t total = 0;
-  for (const auto& b : owned_) total += b.size();
+  for (const auto& b : owned_) total += b.size;
   return total;
 }
 

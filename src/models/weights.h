@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,7 +61,11 @@ class WeightStore {
   void drop(const ops::Matrix& source, bool still_used);
 
   const Checkpoint& checkpoint_;
-  std::deque<std::vector<uint8_t>> owned_;  // deque: buffers never move
+  struct OwnedBuffer {
+    std::unique_ptr<uint8_t[]> data;
+    size_t size = 0;
+  };
+  std::deque<OwnedBuffer> owned_;
 };
 
 }  // namespace pagoda

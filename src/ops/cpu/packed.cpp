@@ -2,7 +2,7 @@
 // over packed weights for ISAs without a native kernel.
 #include "ops/packed.h"
 
-#include <cstring>
+#include <algorithm>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -20,14 +20,19 @@ Matrix pack_bf16(const Matrix& src, void* out) {
   const int64_t pairs = src.cols / 2;
   const auto* in = static_cast<const uint32_t*>(src.data);
   auto* words = static_cast<uint32_t*>(out);
+  const bool native = packed_bf16_is_native();
   parallel_for(packed_panels(src.rows), 1, [&](int64_t p0, int64_t p1) {
     for (int64_t panel = p0; panel < p1; ++panel) {
       uint32_t* dst = words + panel * pairs * kPackedCols;
       const int64_t row0 = panel * kPackedCols;
+      const int64_t count = std::min(kPackedCols, src.rows - row0);
+      if (native) {
+        cpu::avx512bf16_impl::pack_panel(in + row0 * pairs, count, pairs, dst);
+        continue;
+      }
       for (int64_t p = 0; p < pairs; ++p) {
         for (int64_t c = 0; c < kPackedCols; ++c) {
-          const int64_t row = row0 + c;
-          dst[p * kPackedCols + c] = row < src.rows ? in[row * pairs + p] : 0;
+          dst[p * kPackedCols + c] = c < count ? in[(row0 + c) * pairs + p] : 0;
         }
       }
     }

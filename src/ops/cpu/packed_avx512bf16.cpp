@@ -81,6 +81,25 @@ PAGODA_BF16_TARGET void panel_rows(const uint16_t* x, int64_t m, const uint16_t*
 
 }  // namespace
 
+PAGODA_BF16_TARGET void pack_panel(const uint32_t* rows, int64_t count, int64_t pairs,
+                                   uint32_t* panel) {
+  // One gather per 16 rows and pair: the pair's words of 16 source rows
+  // (row stride `pairs` words) land side by side as the panel wants them.
+  const __m512i offsets = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int32_t>(pairs)));
+  for (int64_t c = 0; c < kPackedCols; c += 16) {
+    const int64_t valid = count - c < 16 ? (count - c > 0 ? count - c : 0) : 16;
+    const auto mask = static_cast<__mmask16>((1u << valid) - 1);
+    const uint32_t* base = rows + (valid > 0 ? c * pairs : 0);
+    for (int64_t p = 0; p < pairs; ++p) {
+      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets,
+                                                    base + p, 4);
+      _mm512_storeu_si512(panel + p * kPackedCols + c, v);
+    }
+  }
+}
+
 PAGODA_BF16_TARGET void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k,
                                       int64_t n, int64_t ldy, const float* bias, float* y,
                                       int64_t p0, int64_t p1) {
