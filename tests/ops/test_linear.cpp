@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "linear_cases.h"
 #include "ops/ops.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -18,51 +19,11 @@ namespace {
 
 class Linear : public IsaTest {};
 
-Matrix make_matrix(DType dt, const std::vector<float>& wf, const std::vector<uint16_t>& wb,
-                   int64_t n, int64_t k) {
-  return Matrix{dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), dt, n, k};
-}
-
 TEST_P(Linear, MatchesReference) {
   std::mt19937 rng(1);
-  int checked = 0;
-  for (int64_t k : {1, 3, 17, 64, 257, 1000}) {
-    for (int64_t m : {1, 2, 5, 33}) {
-      for (int64_t n : {1, 7, 17, 130}) {
-        for (DType dt : {DType::F32, DType::BF16}) {
-          const auto x_in = random_vec(m * k, rng);
-          const auto wf = random_vec(n * k, rng);
-          const auto wb = to_bf16(wf);
-          const auto bias = random_vec(n, rng);
-          const Matrix w = make_matrix(dt, wf, wb, n, k);
-          // The bf16 dot-product path computes on bf16-rounded activations.
-          const auto x =
-              dt == DType::BF16 && rounds_bf16_activations(GetParam()) ? bf16_rounded(x_in) : x_in;
-          for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
-            std::vector<float> y(m * n, NAN), y_ref(m * n);
-            linear(x_in.data(), m, w, b, y.data());
-            ref::linear(x.data(), m, w, b, y_ref.data());
-            // f32 rounding error scales with sum |x * w|, not with |y|.
-            int bad = 0;
-            for (int64_t i = 0; i < m; ++i) {
-              for (int64_t j = 0; j < n; ++j) {
-                double mag = b ? std::fabs(b[j]) : 0.0;
-                for (int64_t t = 0; t < k; ++t) {
-                  mag += std::fabs(double{x[i * k + t]} * ref::matrix_at(w, j, t));
-                }
-                const double err = std::fabs(double{y[i * n + j]} - y_ref[i * n + j]);
-                if (!(err <= 1e-5 * mag + 1e-30)) ++bad;
-              }
-            }
-            EXPECT_EQ(bad, 0) << "k=" << k << " m=" << m << " n=" << n
-                              << " dtype=" << dtype_name(dt) << " bias=" << (b != nullptr);
-            ++checked;
-          }
-        }
-      }
-    }
-  }
-  EXPECT_EQ(checked, 6 * 4 * 4 * 2 * 2);
+  const LinearCases cases{
+      {1, 3, 17, 64, 257, 1000}, {1, 2, 5, 33}, {1, 7, 17, 130}, {DType::F32, DType::BF16}};
+  EXPECT_EQ(expect_linear_matches_reference(GetParam(), cases, rng), size_t{6 * 4 * 4 * 2 * 2});
 }
 
 TEST_P(Linear, StridedOutputFillsOnlyItsColumns) {
