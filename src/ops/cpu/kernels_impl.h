@@ -201,8 +201,7 @@ PAGODA_TARGET inline Vec vexp(Vec x) {
 // depend on the other queries of its tile: a decode row equals the same row
 // inside a prefill, bit for bit. A tile shares each chunk's K/V reads (from
 // memory once, then from L1) between all its queries.
-constexpr int kKeyChunk = 16;
-static_assert(cpu::attention_scratch_floats(0) == cpu::kMaxTileQueries * (kKeyChunk + 2));
+using cpu::kKeyChunk;
 // Query rows per score block: 4 x 4 accumulators on AVX-512's 32
 // registers, 2 x 4 on AVX2's 16.
 constexpr int kScoreQueries = kLanes >= 16 ? 4 : 2;
