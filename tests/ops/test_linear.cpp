@@ -1,6 +1,7 @@
 // linear on every supported ISA against the scalar reference, plus the
 // properties the engine relies on: exact bf16 widening, and outputs that do
 // not depend on batch composition or thread count.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "linear_cases.h"
 #include "ops/ops.h"
 #include "ops/reference.h"
@@ -129,6 +131,49 @@ TEST_P(Linear, EmptyBatchWritesNothing) {
   std::vector<float> y(4, 7.0f);
   linear(nullptr, 0, Matrix{w.data(), DType::F32, 4, 3}, nullptr, y.data());
   EXPECT_EQ(y, std::vector<float>(4, 7.0f));
+}
+
+TEST(LinearMultiChecks, BadCallsThrowNamingTheProblemBeforeWritingAnything) {
+  // Each call differs from a valid one (the first case) in one argument; it
+  // must throw pagoda's InternalError naming that argument, and leave every
+  // output, including the valid one ahead of the bad one, unwritten.
+  using ::testing::HasSubstr;
+  using ::testing::ThrowsMessage;
+  const int64_t m = 2, k = 8, n = 4;
+  const std::vector<float> x(m * k, 1.0f), w(n * (k + 1), 0.5f);
+  const Matrix good{w.data(), DType::F32, n, k};
+  const Matrix wide{w.data(), DType::F32, n, k + 1};
+  const Matrix f16{w.data(), DType::F16, n, k};
+  const std::vector<float> untouched(m * n, -1.0f);
+  std::vector<float> y0 = untouched, y1 = untouched;
+  const LinearOutput first{&good, nullptr, y0.data()};
+  const std::vector<LinearOutput> too_many(kMaxLinearOutputs + 1, first);
+  struct BadCall {
+    std::vector<LinearOutput> outs;
+    int count;
+    std::string message;
+  };
+  const std::string max = std::to_string(kMaxLinearOutputs);
+  const BadCall bad_calls[] = {
+      {{first}, 0, "linear_multi: 0 outputs (1 to " + max + " allowed)"},
+      {too_many, kMaxLinearOutputs + 1,
+       "linear_multi: " + std::to_string(kMaxLinearOutputs + 1) + " outputs (1 to " + max +
+           " allowed)"},
+      {{first, {&wide, nullptr, y1.data()}}, 2, "linear_multi: output 1 has 9 cols, x has 8"},
+      {{first, {&good, nullptr, y1.data(), n - 1}}, 2, "linear: output stride 3 < 4 rows"},
+      {{first, {&f16, nullptr, y1.data()}}, 2, "linear: unsupported weight dtype F16"},
+  };
+  for (const BadCall& call : bad_calls) {
+    EXPECT_THAT([&] { linear_multi(x.data(), m, call.outs.data(), call.count); },
+                ThrowsMessage<InternalError>(HasSubstr(call.message)));
+    EXPECT_EQ(y0, untouched) << call.message;
+    EXPECT_EQ(y1, untouched) << call.message;
+  }
+  // The valid call they are variants of does write both outputs.
+  const LinearOutput valid[] = {first, {&good, nullptr, y1.data()}};
+  linear_multi(x.data(), m, valid, 2);
+  EXPECT_EQ(y0, std::vector<float>(m * n, 4.0f));
+  EXPECT_EQ(y1, y0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSupported, Linear, ::testing::ValuesIn(supported_isas()),
