@@ -1,6 +1,7 @@
 // linear on every supported ISA against the scalar reference, plus the
 // properties the engine relies on: exact bf16 widening, and outputs that do
 // not depend on batch composition or thread count.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "linear_cases.h"
 #include "ops/ops.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -18,51 +21,11 @@ namespace {
 
 class Linear : public IsaTest {};
 
-Matrix make_matrix(DType dt, const std::vector<float>& wf, const std::vector<uint16_t>& wb,
-                   int64_t n, int64_t k) {
-  return Matrix{dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), dt, n, k};
-}
-
 TEST_P(Linear, MatchesReference) {
   std::mt19937 rng(1);
-  int checked = 0;
-  for (int64_t k : {1, 3, 17, 64, 257, 1000}) {
-    for (int64_t m : {1, 2, 5, 33}) {
-      for (int64_t n : {1, 7, 17, 130}) {
-        for (DType dt : {DType::F32, DType::BF16}) {
-          const auto x_in = random_vec(m * k, rng);
-          const auto wf = random_vec(n * k, rng);
-          const auto wb = to_bf16(wf);
-          const auto bias = random_vec(n, rng);
-          const Matrix w = make_matrix(dt, wf, wb, n, k);
-          // The bf16 dot-product path computes on bf16-rounded activations.
-          const auto x =
-              dt == DType::BF16 && rounds_bf16_activations(GetParam()) ? bf16_rounded(x_in) : x_in;
-          for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
-            std::vector<float> y(m * n, NAN), y_ref(m * n);
-            linear(x_in.data(), m, w, b, y.data());
-            ref::linear(x.data(), m, w, b, y_ref.data());
-            // f32 rounding error scales with sum |x * w|, not with |y|.
-            int bad = 0;
-            for (int64_t i = 0; i < m; ++i) {
-              for (int64_t j = 0; j < n; ++j) {
-                double mag = b ? std::fabs(b[j]) : 0.0;
-                for (int64_t t = 0; t < k; ++t) {
-                  mag += std::fabs(double{x[i * k + t]} * ref::matrix_at(w, j, t));
-                }
-                const double err = std::fabs(double{y[i * n + j]} - y_ref[i * n + j]);
-                if (!(err <= 1e-5 * mag + 1e-30)) ++bad;
-              }
-            }
-            EXPECT_EQ(bad, 0) << "k=" << k << " m=" << m << " n=" << n
-                              << " dtype=" << dtype_name(dt) << " bias=" << (b != nullptr);
-            ++checked;
-          }
-        }
-      }
-    }
-  }
-  EXPECT_EQ(checked, 6 * 4 * 4 * 2 * 2);
+  const LinearCases cases{
+      {1, 3, 17, 64, 257, 1000}, {1, 2, 5, 33}, {1, 7, 17, 130}, {DType::F32, DType::BF16}};
+  EXPECT_EQ(expect_linear_matches_reference(GetParam(), cases, rng), size_t{6 * 4 * 4 * 2 * 2});
 }
 
 TEST_P(Linear, StridedOutputFillsOnlyItsColumns) {
@@ -168,6 +131,49 @@ TEST_P(Linear, EmptyBatchWritesNothing) {
   std::vector<float> y(4, 7.0f);
   linear(nullptr, 0, Matrix{w.data(), DType::F32, 4, 3}, nullptr, y.data());
   EXPECT_EQ(y, std::vector<float>(4, 7.0f));
+}
+
+TEST(LinearMultiChecks, BadCallsThrowNamingTheProblemBeforeWritingAnything) {
+  // Each call differs from a valid one (the first case) in one argument; it
+  // must throw pagoda's InternalError naming that argument, and leave every
+  // output, including the valid one ahead of the bad one, unwritten.
+  using ::testing::HasSubstr;
+  using ::testing::ThrowsMessage;
+  const int64_t m = 2, k = 8, n = 4;
+  const std::vector<float> x(m * k, 1.0f), w(n * (k + 1), 0.5f);
+  const Matrix good{w.data(), DType::F32, n, k};
+  const Matrix wide{w.data(), DType::F32, n, k + 1};
+  const Matrix f16{w.data(), DType::F16, n, k};
+  const std::vector<float> untouched(m * n, -1.0f);
+  std::vector<float> y0 = untouched, y1 = untouched;
+  const LinearOutput first{&good, nullptr, y0.data()};
+  const std::vector<LinearOutput> too_many(kMaxLinearOutputs + 1, first);
+  struct BadCall {
+    std::vector<LinearOutput> outs;
+    int count;
+    std::string message;
+  };
+  const std::string max = std::to_string(kMaxLinearOutputs);
+  const BadCall bad_calls[] = {
+      {{first}, 0, "linear_multi: 0 outputs (1 to " + max + " allowed)"},
+      {too_many, kMaxLinearOutputs + 1,
+       "linear_multi: " + std::to_string(kMaxLinearOutputs + 1) + " outputs (1 to " + max +
+           " allowed)"},
+      {{first, {&wide, nullptr, y1.data()}}, 2, "linear_multi: output 1 has 9 cols, x has 8"},
+      {{first, {&good, nullptr, y1.data(), n - 1}}, 2, "linear: output stride 3 < 4 rows"},
+      {{first, {&f16, nullptr, y1.data()}}, 2, "linear: unsupported weight dtype F16"},
+  };
+  for (const BadCall& call : bad_calls) {
+    EXPECT_THAT([&] { linear_multi(x.data(), m, call.outs.data(), call.count); },
+                ThrowsMessage<InternalError>(HasSubstr(call.message)));
+    EXPECT_EQ(y0, untouched) << call.message;
+    EXPECT_EQ(y1, untouched) << call.message;
+  }
+  // The valid call they are variants of does write both outputs.
+  const LinearOutput valid[] = {first, {&good, nullptr, y1.data()}};
+  linear_multi(x.data(), m, valid, 2);
+  EXPECT_EQ(y0, std::vector<float>(m * n, 4.0f));
+  EXPECT_EQ(y1, y0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSupported, Linear, ::testing::ValuesIn(supported_isas()),

@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "linear_cases.h"
 #include "ops/ops.h"
-#include "ops/reference.h"
 #include "ops_test_util.h"
 
 namespace pagoda::ops::testing {
@@ -26,38 +26,10 @@ float from_bits(uint32_t bits) {
 }
 
 TEST_P(LinearBf16Dot, MatchesReferenceOnOddShapes) {
-  // Reference: f64 sums of the (bf16-rounded, on the dot-product ISA)
-  // activations times the widened weights; the kernel may differ by f32
-  // accumulation error only, which scales with sum |x * w|.
+  // k tails of the 32-pair step, column tails, and row tiles plus remainders.
   std::mt19937 rng(11);
-  for (int64_t k : {1, 31, 33, 1000}) {
-    for (int64_t n : {1, 5, 17}) {
-      for (int64_t m : {1, 3, 64}) {
-        const auto x_in = random_vec(m * k, rng);
-        const auto wb = to_bf16(random_vec(n * k, rng));
-        const auto bias = random_vec(n, rng);
-        const Matrix w{wb.data(), DType::BF16, n, k};
-        const auto x = rounds_bf16_activations(GetParam()) ? bf16_rounded(x_in) : x_in;
-        for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
-          std::vector<float> y(m * n, NAN), y_ref(m * n);
-          linear(x_in.data(), m, w, b, y.data());
-          ref::linear(x.data(), m, w, b, y_ref.data());
-          int bad = 0;
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < n; ++j) {
-              double mag = b ? std::fabs(b[j]) : 0.0;
-              for (int64_t t = 0; t < k; ++t) {
-                mag += std::fabs(double{x[i * k + t]} * ref::matrix_at(w, j, t));
-              }
-              const double err = std::fabs(double{y[i * n + j]} - y_ref[i * n + j]);
-              if (!(err <= 1e-5 * mag + 1e-30)) ++bad;
-            }
-          }
-          EXPECT_EQ(bad, 0) << "k=" << k << " n=" << n << " m=" << m << " bias=" << (b != nullptr);
-        }
-      }
-    }
-  }
+  const LinearCases cases{{1, 31, 33, 1000}, {1, 3, 64}, {1, 5, 17}, {DType::BF16}};
+  EXPECT_EQ(expect_linear_matches_reference(GetParam(), cases, rng), size_t{4 * 3 * 3 * 2});
 }
 
 TEST_P(LinearBf16Dot, IdentityWeightsReturnTheRoundedActivations) {

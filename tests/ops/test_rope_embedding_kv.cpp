@@ -1,6 +1,7 @@
 // rope, embedding and write_kv: against the reference and against facts
 // that hold by definition (position 0 is the identity, rotation keeps pair
 // norms, partial rotary leaves the tail alone, slots land where computed).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -175,6 +176,66 @@ TEST_P(RopeEmbeddingKv, FusedAttentionInputsEqualTheSeparateOps) {
       }
     }
   }
+}
+
+TEST(PrepareAttentionInputsChecks, BadInputsThrowNamingTheProblemBeforeWritingAnything) {
+  // Each call differs from a valid one in one field; it must throw pagoda's
+  // InternalError naming that field and leave q, k and the caches alone.
+  using ::testing::HasSubstr;
+  using ::testing::ThrowsMessage;
+  const int head_dim = 8, heads = 1;
+  const KVLayout layout{4, heads, head_dim};
+  const std::vector<int32_t> pos = {3};
+  const std::vector<int64_t> slots = {1};
+  const auto inv_freq = hf_inv_freq(head_dim, 10000.0f);
+  const std::vector<float> norm(head_dim, 1.0f), q0(head_dim, 0.25f), v(head_dim, 0.5f);
+  const std::vector<float> cache0(int64_t{4} * heads * head_dim, -1.0f);
+  auto q = q0, k = q0, k_cache = cache0, v_cache = cache0;
+  auto valid = [&] {
+    AttentionInputs in;
+    in.q = q.data();
+    in.k = k.data();
+    in.v = v.data();
+    in.num_tokens = 1;
+    in.num_q_heads = heads;
+    in.q_norm = norm.data();
+    in.k_norm = norm.data();
+    in.positions = pos.data();
+    in.inv_freq = inv_freq.data();
+    in.rot_dim = head_dim;
+    in.slot_mapping = slots.data();
+    return in;
+  };
+  const std::string rot = " must be even and within 0..head_dim 8";
+  const std::string norms = "q_norm and k_norm must be given together";
+  struct BadCall {
+    std::string what;
+    AttentionInputs in;
+    std::string message;
+  };
+  std::vector<BadCall> bad_calls;
+  for (int rot_dim : {5, 10, -2}) {
+    bad_calls.push_back({"rot_dim", valid(), "rot_dim " + std::to_string(rot_dim) + rot});
+    bad_calls.back().in.rot_dim = rot_dim;
+  }
+  bad_calls.push_back({"q_norm only", valid(), norms});
+  bad_calls.back().in.k_norm = nullptr;
+  bad_calls.push_back({"k_norm only", valid(), norms});
+  bad_calls.back().in.q_norm = nullptr;
+  for (const BadCall& call : bad_calls) {
+    EXPECT_THAT([&] { prepare_attention_inputs(call.in, layout, k_cache.data(), v_cache.data()); },
+                ThrowsMessage<InternalError>(HasSubstr(call.message)))
+        << call.what;
+    EXPECT_EQ(q, q0) << call.what;
+    EXPECT_EQ(k, q0) << call.what;
+    EXPECT_EQ(k_cache, cache0) << call.what;
+    EXPECT_EQ(v_cache, cache0) << call.what;
+  }
+  // The valid call they are variants of goes through and stores the token.
+  prepare_attention_inputs(valid(), layout, k_cache.data(), v_cache.data());
+  EXPECT_NE(q, q0);
+  EXPECT_NE(k_cache, cache0);
+  EXPECT_NE(v_cache, cache0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSupported, RopeEmbeddingKv, ::testing::ValuesIn(supported_isas()),

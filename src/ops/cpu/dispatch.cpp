@@ -1,9 +1,11 @@
-// Which kernel variant runs: CPU feature detection and the process-wide
-// selection (best_isa() unless a test or --isa picks another).
+// Which kernel variant runs: CPU feature detection, the process-wide
+// selection (best_isa() unless a test or --isa picks another), and the float
+// and int8 kernel tables that selection stands for.
 #include <atomic>
 
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/quant_kernels.h"
 #include "ops/ops.h"
 
 namespace pagoda::ops {
@@ -65,18 +67,41 @@ void set_isa(Isa isa) {
 
 Isa current_isa() { return selected().load(std::memory_order_relaxed); }
 
-const cpu::KernelTable& cpu::active_kernels() {
-  switch (current_isa()) {
-    case Isa::Avx512Bf16:
-      return avx512bf16_kernels();
+namespace {
+
+// AVX-512's int8 kernels use VNNI when the CPU has it (it is not part of
+// the Avx512 level), the AVX2 ones otherwise.
+const cpu::QuantKernelTable& avx512_quant_kernels() {
+  if (const cpu::QuantKernelTable* t = cpu::avx512_vnni_quant_kernels()) return *t;
+  return cpu::avx2_quant_kernels();
+}
+
+// The kernels of one ISA level: the one place that maps a level to tables.
+struct IsaTables {
+  const cpu::KernelTable& (*kernels)();
+  const cpu::QuantKernelTable& (*quant)();
+};
+
+IsaTables tables_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512Bf16:  // the same int8 kernels: bf16 dot products only change bf16 linears
+      return {cpu::avx512bf16_kernels, avx512_quant_kernels};
     case Isa::Avx512:
-      return avx512_kernels();
+      return {cpu::avx512_kernels, avx512_quant_kernels};
     case Isa::Avx2:
-      return avx2_kernels();
+      return {cpu::avx2_kernels, cpu::avx2_quant_kernels};
     case Isa::Scalar:
       break;
   }
-  return scalar_kernels();
+  return {cpu::scalar_kernels, cpu::scalar_quant_kernels};
+}
+
+}  // namespace
+
+const cpu::KernelTable& cpu::active_kernels() { return tables_for(current_isa()).kernels(); }
+
+const cpu::QuantKernelTable& cpu::active_quant_kernels() {
+  return tables_for(current_isa()).quant();
 }
 
 }  // namespace pagoda::ops

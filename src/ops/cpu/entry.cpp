@@ -42,14 +42,15 @@ void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float
 }
 
 void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count) {
-  PAGODA_CHECK(count >= 1 && count <= kMaxLinearOutputs, "linear_multi: {} outputs", count);
+  PAGODA_CHECK(count >= 1 && count <= kMaxLinearOutputs,
+               "linear_multi: {} outputs (1 to {} allowed)", count, kMaxLinearOutputs);
   if (m <= 0) return;
   const int64_t k = outs[0].w->cols;
   bool all_bf16 = true, any_packed = false;
   for (int i = 0; i < count; ++i) {
     const Matrix& w = *outs[i].w;
     PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8,
-                 "linear: weight dtype {}", dtype_name(w.dtype));
+                 "linear: unsupported weight dtype {}", dtype_name(w.dtype));
     PAGODA_CHECK(w.cols == k, "linear_multi: output {} has {} cols, x has {}", i, w.cols, k);
     PAGODA_CHECK(outs[i].ldy == 0 || outs[i].ldy >= w.rows, "linear: output stride {} < {} rows",
                  outs[i].ldy, w.rows);

@@ -34,8 +34,15 @@ struct AttentionTile {
   float scale = 1.0f;
 };
 constexpr int kMaxTileQueries = 32;
-// Floats of scratch an attention tile of head_dim hd needs.
-constexpr int64_t attention_scratch_floats(int64_t hd) { return kMaxTileQueries * (hd + 18); }
+// Keys per attention chunk: the kernel visits each block's keys in runs of
+// this many from its start (kernels_impl.h).
+constexpr int kKeyChunk = 16;
+// Floats of scratch an attention tile of head_dim hd needs: per query, its
+// output accumulator (hd), one chunk's scores, its running max and softmax
+// denominator.
+constexpr int64_t attention_scratch_floats(int64_t hd) {
+  return kMaxTileQueries * (hd + kKeyChunk + 2);
+}
 
 // Stores one token's k and v rows ([num_kv_heads, head_dim]) at its slot.
 inline void write_kv_token(const float* k, const float* v, int64_t slot, const KVLayout& layout,

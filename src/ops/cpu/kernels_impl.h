@@ -174,22 +174,7 @@ PAGODA_TARGET inline void scale(const float* x, float s, float* y, int64_t n) {
   }
 }
 
-// ---- Paged attention ---------------------------------------------------
-// Keys are visited in the chunks of one fixed grid (each block's keys in
-// runs of kKeyChunk from its start), every chunk clipped to the keys a
-// query sees, and a query's scores, softmax and output are each one chain
-// whose steps depend only on its own position. So a query's output does not
-// depend on the other queries of its tile: a decode row equals the same row
-// inside a prefill, bit for bit. A tile shares each chunk's K/V reads (from
-// memory once, then from L1) between all its queries.
-constexpr int kKeyChunk = 16;
-static_assert(cpu::attention_scratch_floats(0) == cpu::kMaxTileQueries * (kKeyChunk + 2));
-// Query rows per score block: 4 x 4 accumulators on AVX-512's 32
-// registers, 2 x 4 on AVX2's 16.
-constexpr int kScoreQueries = kLanes >= 16 ? 4 : 2;
-// Query rows x head_dim vectors per P.V block (accumulators in registers).
-constexpr int kValueQueries = 4, kValueVecs = kLanes >= 16 ? 4 : 2;
-
+// ---- Math shared by the kernels below (softmax, silu) ------------------
 // e^x by range reduction: x = n ln2 + r with |r| <= ln2 / 2, e^r by its
 // degree-6 Taylor polynomial (relative error ~1.2e-7), times 2^n. x is
 // clamped to [-87, 88], where 2^n stays a normal float.
@@ -207,6 +192,21 @@ PAGODA_TARGET inline Vec vexp(Vec x) {
   p = vfma(p, r, vset1(1.0f));
   return vldexp(p, n);
 }
+
+// ---- Paged attention ---------------------------------------------------
+// Keys are visited in the chunks of one fixed grid (each block's keys in
+// runs of kKeyChunk from its start), every chunk clipped to the keys a
+// query sees, and a query's scores, softmax and output are each one chain
+// whose steps depend only on its own position. So a query's output does not
+// depend on the other queries of its tile: a decode row equals the same row
+// inside a prefill, bit for bit. A tile shares each chunk's K/V reads (from
+// memory once, then from L1) between all its queries.
+using cpu::kKeyChunk;
+// Query rows per score block: 4 x 4 accumulators on AVX-512's 32
+// registers, 2 x 4 on AVX2's 16.
+constexpr int kScoreQueries = kLanes >= 16 ? 4 : 2;
+// Query rows x head_dim vectors per P.V block (accumulators in registers).
+constexpr int kValueQueries = 4, kValueVecs = kLanes >= 16 ? 4 : 2;
 
 // s[i][c] = scale * q_i . k_c for NQ queries and 4 keys: one accumulator
 // chain over head_dim per pair, then the vsum tree.

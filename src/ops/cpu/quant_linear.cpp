@@ -1,6 +1,7 @@
 // The I8 entry points (ops/quant.h, and ops::linear on I8 weights):
 // validate, quantize the activations into a reusable buffer, split output
-// columns across threads, run the selected ISA's int8 kernels.
+// columns across threads, run the selected ISA's int8 kernels (dispatch.cpp
+// picks the table).
 #include <algorithm>
 #include <vector>
 
@@ -25,20 +26,6 @@ void check_i8(const Matrix& w) {
 }
 
 }  // namespace
-
-const cpu::QuantKernelTable& cpu::active_quant_kernels() {
-  switch (current_isa()) {
-    case Isa::Avx512:
-    case Isa::Avx512Bf16:  // the same int8 kernels; bf16 dot products only change bf16 linears
-      if (const QuantKernelTable* t = avx512_vnni_quant_kernels()) return *t;
-      return avx2_quant_kernels();
-    case Isa::Avx2:
-      return avx2_quant_kernels();
-    case Isa::Scalar:
-      break;
-  }
-  return scalar_quant_kernels();
-}
 
 const char* int8_kernel_name() { return cpu::active_quant_kernels().name; }
 
