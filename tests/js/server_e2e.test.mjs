@@ -142,8 +142,10 @@ test("load: 64 requests, 16 at a time, mixed streaming", async () => {
 });
 
 test("clients that disconnect mid-stream are aborted; others finish", async () => {
+  const count = (text, name) => Number(text.match(new RegExp(`^${name} (\\d+)`, "m"))[1]);
   const before = await (await fetch(server.url + "/metrics")).text();
-  const abortedBefore = Number(before.match(/^pagoda_requests_aborted_total (\d+)/m)[1]);
+  const abortedBefore = count(before, "pagoda_requests_aborted_total");
+  const finishedBefore = count(before, "pagoda_requests_finished_total");
   const expected = offlineGreedy([prompts[2]], 30);
   const drop = Array.from({ length: 8 }, async () => {
     const controller = new AbortController();
@@ -160,14 +162,20 @@ test("clients that disconnect mid-stream are aborted; others finish", async () =
     (await client.completions.create({ model: "stories", prompt: prompts[2], max_tokens: 30, temperature: 0 })).choices[0].text);
   await Promise.all(drop);
   for (const text of await Promise.all(keep)) assert.equal(text, expected[0]);
-  let metrics = "";
+  // Each dropped stream is aborted when the server's next write fails. A
+  // client the OS holds back (a loaded machine) may read its 3 chunks only
+  // after the tiny model wrote all 400 tokens into the socket buffer: that
+  // stream finished, and is counted so; most must have been aborted.
+  let metrics = "", aborted = 0, finished = 0;
   for (let i = 0; i < 100; i++) {  // aborts are noticed on the next write
     metrics = await (await fetch(server.url + "/metrics")).text();
-    if (Number(metrics.match(/^pagoda_requests_aborted_total (\d+)/m)[1]) >= abortedBefore + 8 &&
-        /^pagoda_num_requests_running 0$/m.test(metrics)) break;
+    aborted = count(metrics, "pagoda_requests_aborted_total") - abortedBefore;
+    finished = count(metrics, "pagoda_requests_finished_total") - finishedBefore;
+    if (aborted + finished >= 12 && /^pagoda_num_requests_running 0$/m.test(metrics)) break;
     await new Promise((r) => setTimeout(r, 50));
   }
-  assert.ok(Number(metrics.match(/^pagoda_requests_aborted_total (\d+)/m)[1]) >= abortedBefore + 8, metrics);
+  assert.equal(aborted + finished, 12, metrics);
+  assert.ok(aborted >= 4, `only ${aborted} of 8 dropped streams were aborted\n${metrics}`);
   assert.match(metrics, /^pagoda_num_requests_running 0$/m);
   const total = Number(metrics.match(/^pagoda_kv_cache_blocks_total (\d+)/m)[1]);
   assert.equal(Number(metrics.match(/^pagoda_kv_cache_blocks_free (\d+)/m)[1]), total);
