@@ -136,6 +136,7 @@ class LlamaModel final : public CausalLM {
     return spec;
   }
 
+  DType weight_dtype() const override { return weight_dtype_; }
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
   size_t owned_weight_bytes() const override { return weights_.owned_bytes(); }
 
@@ -154,7 +155,7 @@ class LlamaModel final : public CausalLM {
   void lm_head(int64_t rows, float* logits);
   void load(const LlamaVariant& variant);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
-                 float* k_cache, float* v_cache, const ops::KVLayout& layout, int64_t tokens);
+                 void* k_cache, void* v_cache, const ops::KVLayout& layout, int64_t tokens);
 
   ModelConfig config_;
   parallel::Communicator& comm_;
@@ -162,6 +163,7 @@ class LlamaModel final : public CausalLM {
   std::unique_ptr<Checkpoint> checkpoint_;
   WeightStore weights_;
   Quantization quantization_;
+  DType weight_dtype_ = DType::F32;  // as stored in the checkpoint
   ops::Matrix embed_tokens_, lm_head_;
   const float* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
@@ -179,6 +181,7 @@ void LlamaModel::load(const LlamaVariant& variant) {
   const int64_t q0 = s.q_head_begin * hd, qn = s.q_heads * hd;
   const int64_t kv0 = s.kv_head_begin * hd, kvn = s.kv_heads * hd;
   const int64_t i0 = s.intermediate_begin, in = s.intermediate;
+  weight_dtype_ = checkpoint_->get("model.embed_tokens.weight").dtype;
   embed_tokens_ = weights_.row_slice("model.embed_tokens.weight", c.vocab_size, h, s.vocab_begin,
                                      s.vocab_count);
   if (c.tie_word_embeddings) {
@@ -223,7 +226,7 @@ void LlamaModel::load(const LlamaVariant& variant) {
 }
 
 void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
-                           const KVGroupMetadata& group, float* k_cache, float* v_cache,
+                           const KVGroupMetadata& group, void* k_cache, void* v_cache,
                            const ops::KVLayout& layout, int64_t tokens) {
   const ModelConfig& c = config_;
   const int hd = static_cast<int>(c.head_dim);
