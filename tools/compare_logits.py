@@ -34,7 +34,9 @@ def main():
     # The reference's activations differ from the engine's f32 ones by f32
     # rounding, and near a bf16 rounding boundary that flips one activation
     # by a bf16 ulp (2^-8 relative): a few 1e-3 of the logits at worst.
-    model = ReferenceModel(a.model, bf16_activations=bf16_act)
+    # A bf16 KV cache (reported by the engine) holds K/V rounded to bf16.
+    bf16_kv = got.get("kv_cache_dtype") == "bf16"
+    model = ReferenceModel(a.model, bf16_activations=bf16_act, bf16_kv=bf16_kv)
     bf16_act = bool(model.round_for)  # only models with bf16 weights round
     rtol = max(a.rtol, 5e-3) if bf16_act else a.rtol
     ref = model.logits(prompt + out)[len(prompt) - 1 : len(prompt) - 1 + len(out)]
@@ -48,7 +50,7 @@ def main():
             print(f"FAIL {a.model}: step {i} token {out[i]} but reference argmax {best}")
             return 1
     status = "ok" if worst <= rtol else "FAIL"
-    note = ", bf16 activations" if bf16_act else ""
+    note = (", bf16 activations" if bf16_act else "") + (", bf16 KV cache" if bf16_kv else "")
     print(f"{status} {a.model}: {len(out)} steps, worst relative error {worst:.2e} at step {worst_row}"
           f" (limit {rtol:.0e}{note})")
     return 0 if worst <= rtol else 1

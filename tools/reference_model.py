@@ -12,11 +12,20 @@ import numpy as np
 from safetensors_np import bf16_bits_to_f32, f32_to_bf16_bits, load_dir, load_dir_dtypes
 
 
+def _bf16(x):
+    """x rounded to f32, then to bf16 (nearest even), back as float64."""
+    return bf16_bits_to_f32(f32_to_bf16_bits(x.astype(np.float32))).astype(np.float64)
+
+
 class ReferenceModel:
-    def __init__(self, model_dir, bf16_activations=False):
+    def __init__(self, model_dir, bf16_activations=False, bf16_kv=False):
         """bf16_activations: model the engine's bf16 dot-product kernels
         (vdpbf16ps): activations are rounded to bf16 (nearest even, from
-        f32) before every product with a BF16-stored weight matrix."""
+        f32) before every product with a BF16-stored weight matrix.
+        bf16_kv: model a bf16 KV cache (--kv-cache-dtype bf16): keys (after
+        qk-norm and RoPE) and values are rounded to bf16 (nearest even,
+        from f32) before attention reads them; queries stay unrounded."""
+        self.bf16_kv = bf16_kv
         self.cfg = json.load(open(os.path.join(model_dir, "config.json")))
         self.w = {k: v.astype(np.float64) for k, v in load_dir(model_dir).items()}
         dtypes = load_dir_dtypes(model_dir)
@@ -81,7 +90,7 @@ class ReferenceModel:
     def _mm(self, x, name):
         """x @ W[name].T, x rounded as the engine's kernel for W sees it."""
         if name in self.round_for:
-            x = bf16_bits_to_f32(f32_to_bf16_bits(x.astype(np.float32))).astype(np.float64)
+            x = _bf16(x)
         return x @ self.w[name].T
 
     def logits(self, ids):
@@ -104,6 +113,8 @@ class ReferenceModel:
                 q = self._rms(q, W[p + "self_attn.q_norm.weight"])
                 k = self._rms(k, W[p + "self_attn.k_norm.weight"])
             q, k = self._rope(q, pos), self._rope(k, pos)
+            if self.bf16_kv:
+                k, v = _bf16(k), _bf16(v)
             rep = self.heads // self.kv_heads
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
             scores = np.einsum("thd,shd->hts", q, k) / math.sqrt(self.head_dim)

@@ -104,11 +104,11 @@ int run_latency(LatencyArgs& a) {
   const double med_step_ms = decoded ? median(step_ms) : 0;
   auto if_decoded = [decoded](double v) { return decoded ? nlohmann::json(v) : nlohmann::json(); };
 
-  // Decode step: the weights once, plus every sequence's K/V (f32) at its
-  // mean context length over the decode.
+  // Decode step: the weights once, plus every sequence's K/V (of the cache's
+  // dtype) at its mean context length over the decode.
   const double weight_bytes = static_cast<double>(engine.model().weight_bytes_per_step());
-  const double kv_bytes_per_token =
-      2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4;
+  const double kv_bytes_per_token = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
+                                    static_cast<double>(dtype_size(engine.kv_cache_dtype()));
   const double mean_context = a.input_len + a.output_len / 2.0;
   const double step_bytes = weight_bytes + a.batch * mean_context * kv_bytes_per_token;
   const double flops_per_token = prefill_flops_per_token(c, a.input_len);
@@ -127,6 +127,7 @@ int run_latency(LatencyArgs& a) {
                       {"decode_bytes_per_step", step_bytes},
                       {"prefill_flops_per_token", flops_per_token},
                       {"kv_cache_bytes", engine.kv_cache_bytes()},
+                      {"kv_cache_dtype", std::string(kv_dtype_label(engine.kv_cache_dtype()))},
                       {"peak_rss_bytes", peak_rss_bytes()},
                       {"rss_bytes", current_rss_bytes()},
                       {"prefill_tokens_per_s_runs", prefill_tps},
@@ -172,9 +173,10 @@ int run_latency(LatencyArgs& a) {
                 100 * med_prefill / prefill_roof_bf16, prefill_roof_bf16,
                 100 * med_prefill / prefill_roof_fp32);
   }
-  std::printf("memory: peak RSS %.1f MiB, RSS %.1f MiB, weights %.1f MiB, KV pool %.1f MiB\n",
+  std::printf("memory: peak RSS %.1f MiB, RSS %.1f MiB, weights %.1f MiB, KV pool %.1f MiB (%s)\n",
               peak_rss_bytes() / 1048576.0, current_rss_bytes() / 1048576.0,
-              weight_bytes / 1048576.0, engine.kv_cache_bytes() / 1048576.0);
+              weight_bytes / 1048576.0, engine.kv_cache_bytes() / 1048576.0,
+              std::string(kv_dtype_label(engine.kv_cache_dtype())).c_str());
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/parallel.h"
@@ -31,6 +32,14 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
                  "Bytes reserved for the KV cache (default: enough for --max-num-seqs full "
                  "sequences, at most half the available memory)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
+  cmd.add_option_function<std::string>(
+         "--kv-cache-dtype",
+         [&o](const std::string& name) { o.kv_cache_dtype = parse_kv_cache_dtype(name); },
+         "KV cache element type: auto (bf16 for bf16 checkpoints, f32 otherwise), bf16 (half "
+         "the memory and the bytes attention reads; twice the tokens per --kv-cache-memory) "
+         "or f32")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
+      ->default_str("auto");
   cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -88,9 +97,10 @@ std::string weights_summary(const LLMEngine& engine) {
 void print_engine_summary(const LLMEngine& engine) {
   const int32_t blocks = engine.num_kv_blocks(), block_size = engine.options().block_size;
   std::fprintf(stderr,
-               "pagoda: KV cache %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu layer "
-               "group(s)), prefix caching %s, %d thread(s), %s kernels, weights %s\n",
-               blocks, block_size, static_cast<long long>(blocks) * block_size,
+               "pagoda: KV cache %s, %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu "
+               "layer group(s)), prefix caching %s, %d thread(s), %s kernels, weights %s\n",
+               std::string(kv_dtype_label(engine.kv_cache_dtype())).c_str(), blocks, block_size,
+               static_cast<long long>(blocks) * block_size,
                static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
                engine.kv_cache().groups().size(), engine.kv_cache().prefix_caching() ? "on" : "off",
                num_threads(), ops::isa_name(ops::current_isa()), weights_summary(engine).c_str());

@@ -36,7 +36,9 @@ int run_logits(const LogitsArgs& a) {
       {"prompt_ids", a.prompt_ids},
       {"output_ids", outputs[0].token_ids},
       {"logits", rows},
-      {"isa", ops::isa_name(ops::current_isa())}};  // the reference models its numerics
+      // The reference models the numerics of the kernel variant and KV dtype.
+      {"isa", ops::isa_name(ops::current_isa())},
+      {"kv_cache_dtype", std::string(kv_dtype_label(llm.engine().kv_cache_dtype()))}};
   std::ofstream out(a.out);
   if (!out) throw_input_error("cannot write '{}'", a.out);
   out << j.dump() << "\n";

@@ -81,15 +81,22 @@ void report_weight_memory(const CausalLM& model, const parallel::Communicator& c
   std::fflush(stderr);
 }
 
-KVPoolShape kv_pool_shape(const CausalLM& model, int32_t block_size, int64_t max_model_len) {
+// The KV cache dtype --kv-cache-dtype picks for this model (every rank
+// resolves it alike: same flag, same checkpoint).
+DType kv_dtype_of(const CausalLM& model, const EngineOptions& options) {
+  return resolve_kv_cache_dtype(options.kv_cache_dtype, model.weight_dtype());
+}
+
+KVPoolShape kv_pool_shape(const CausalLM& model, int32_t block_size, int64_t max_model_len,
+                          DType kv_dtype) {
   KVPoolShape s;
   // KV pool: a block holds block_size positions of one layer per group slot.
   const KVCacheSpec spec = model.kv_cache_spec();
   s.groups = make_kv_cache_groups(spec.layer_sliding_window);
   size_t slots = 0;
   for (const KVCacheGroup& g : s.groups) slots = std::max(slots, g.layers.size());
-  s.bytes_per_block =
-      static_cast<int64_t>(slots) * 2 * spec.num_kv_heads * spec.head_dim * 4 * block_size;
+  s.bytes_per_block = static_cast<int64_t>(slots) * 2 * spec.num_kv_heads * spec.head_dim *
+                      static_cast<int64_t>(dtype_size(kv_dtype)) * block_size;
   // One sequence of max_model_len must fit: a full group needs every block,
   // a sliding group only those in its window (+1 partial, +1 being filled).
   const int64_t blocks_per_seq = (max_model_len + block_size - 1) / block_size;
@@ -115,8 +122,9 @@ void LLMEngine::run_worker(const std::string& model_dir, const EngineOptions& op
     parallel::mark_exit_agreed();
     throw_input_error("rank {}: rank 0 failed to start the engine (see its message)", comm.rank());
   }
-  const KVPoolShape shape = kv_pool_shape(*model, options.block_size, 1);
-  ModelRunner runner(*model, shape.groups, num_blocks, options.block_size, comm);
+  const DType kv_dtype = kv_dtype_of(*model, options);
+  const KVPoolShape shape = kv_pool_shape(*model, options.block_size, 1, kv_dtype);
+  ModelRunner runner(*model, shape.groups, num_blocks, options.block_size, kv_dtype, comm);
   runner.serve_worker();
   report_weight_memory(*model, comm);
 }
@@ -151,8 +159,8 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
       SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size,
                       options.scheduling_policy},
       *kv_);
-  runner_ =
-      std::make_unique<ModelRunner>(*model_, shape.groups, num_blocks, options.block_size, comm_);
+  runner_ = std::make_unique<ModelRunner>(*model_, shape.groups, num_blocks, options.block_size,
+                                          kv_dtype_of(*model_, options), comm_);
 }
 
 void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,
@@ -168,7 +176,7 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
     eos_ids_.push_back(*tokenizer_->eos_token_id());
 
   KVPoolShape& shape = *shape_out;
-  shape = kv_pool_shape(*model_, options.block_size, max_model_len_);
+  shape = kv_pool_shape(*model_, options.block_size, max_model_len_, kv_dtype_of(*model_, options));
   const int64_t bytes_per_block = shape.bytes_per_block, min_blocks = shape.min_blocks;
   int64_t budget = options.kv_cache_memory;
   if (budget <= 0) {  // enough for max_num_seqs full-length sequences, within half the free RAM
@@ -178,9 +186,10 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
   const int64_t num_blocks = std::min<int64_t>(budget / bytes_per_block, INT32_MAX);
   if (num_blocks < min_blocks) {
     throw_input_error(
-        "KV cache of {} bytes holds {} blocks of {} tokens, fewer than one sequence of "
+        "KV cache of {} bytes ({}) holds {} blocks of {} tokens, fewer than one sequence of "
         "max_model_len {} needs ({} blocks); raise --kv-cache-memory or lower --max-model-len",
-        budget, num_blocks, options.block_size, max_model_len_, min_blocks);
+        budget, kv_dtype_label(kv_dtype_of(*model_, options)), num_blocks, options.block_size,
+        max_model_len_, min_blocks);
   }
   *num_blocks_out = num_blocks;
 }

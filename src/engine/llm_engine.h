@@ -11,6 +11,7 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "kv/kv_cache_dtype.h"
 #include "kv/kv_cache_manager.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -19,7 +20,9 @@ namespace pagoda {
 
 struct EngineOptions {
   int64_t kv_cache_memory = 0;  // bytes for the KV pool; 0 = sized automatically
-  int32_t block_size = 16;      // tokens per KV block
+  // Element type of the KV cache (auto: bf16 for bf16 checkpoints, else f32).
+  KVCacheDType kv_cache_dtype = KVCacheDType::Auto;
+  int32_t block_size = 16;  // tokens per KV block
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
@@ -96,6 +99,8 @@ class LLMEngine {
   int32_t num_free_kv_blocks() const { return kv_->pool().num_free(); }
   const KVCacheManager& kv_cache() const { return *kv_; }
   size_t kv_cache_bytes() const { return runner_->kv_storage_bytes(); }
+  // The KV cache's resolved element type (F32 or BF16).
+  DType kv_cache_dtype() const { return runner_->kv_storage_dtype(); }
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
 

@@ -69,7 +69,8 @@ void deserialize(const std::vector<uint8_t>& buf, BatchMetadata& b) {
 }  // namespace
 
 ModelRunner::ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& groups,
-                         int64_t num_blocks, int32_t block_size, parallel::Communicator& comm)
+                         int64_t num_blocks, int32_t block_size, DType kv_dtype,
+                         parallel::Communicator& comm)
     : model_(model),
       comm_(comm),
       block_size_(block_size),
@@ -80,8 +81,9 @@ ModelRunner::ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& group
   size_t slots = 0;
   for (const KVCacheGroup& g : groups) slots = std::max(slots, g.layers.size());
   storage_ = std::make_unique<KVStorage>(static_cast<int64_t>(slots), num_blocks,
-                                         block_size * spec.num_kv_heads * spec.head_dim);
-  view_.layout = {block_size, static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim)};
+                                         block_size * spec.num_kv_heads * spec.head_dim, kv_dtype);
+  view_.layout = {block_size, static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim),
+                  kv_dtype};
   view_.k.resize(spec.num_layers);
   view_.v.resize(spec.num_layers);
   view_.layer_group.resize(spec.num_layers);

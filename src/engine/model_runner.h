@@ -18,8 +18,9 @@ class ModelRunner {
   // `comm` is the tensor-parallel group (size 1: everything local). Every
   // rank builds a runner with the same groups, num_blocks and block_size;
   // each holds the KV heads of its shard.
+  // The cache holds kv_dtype elements (F32 or BF16).
   ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& groups, int64_t num_blocks,
-              int32_t block_size, parallel::Communicator& comm);
+              int32_t block_size, DType kv_dtype, parallel::Communicator& comm);
 
   // Runs one step. For each scheduled request that reaches the end of its
   // known tokens this step, `sampling_rows` gets its index in `out.scheduled`
@@ -40,6 +41,7 @@ class ModelRunner {
   // The metadata of the last step (tests replay and inspect it).
   const BatchMetadata& last_batch() const { return batch_; }
   size_t kv_storage_bytes() const { return storage_->bytes(); }
+  DType kv_storage_dtype() const { return storage_->dtype(); }
 
  private:
   void broadcast_step(int64_t kind);

@@ -139,6 +139,7 @@ class LlamaModel final : public CausalLM {
     return spec;
   }
 
+  DType weight_dtype() const override { return weight_dtype_; }
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
   size_t owned_weight_bytes() const override { return weights_.owned_bytes(); }
   bool repacked_weights() const override { return lm_head_.packed; }
@@ -161,7 +162,7 @@ class LlamaModel final : public CausalLM {
   // --quantization int8, else packed bf16 where that is native, else as is.
   ops::Matrix prepared(const ops::Matrix& m, bool source_still_used);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
-                 float* k_cache, float* v_cache, const ops::KVLayout& layout, int64_t tokens);
+                 void* k_cache, void* v_cache, const ops::KVLayout& layout, int64_t tokens);
 
   ModelConfig config_;
   parallel::Communicator& comm_;
@@ -170,6 +171,7 @@ class LlamaModel final : public CausalLM {
   WeightStore weights_;
   Quantization quantization_;
   bool repack_;
+  DType weight_dtype_ = DType::F32;  // as stored in the checkpoint
   ops::Matrix embed_tokens_, lm_head_;
   const float* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
@@ -187,6 +189,7 @@ void LlamaModel::load(const LlamaVariant& variant) {
   const int64_t q0 = s.q_head_begin * hd, qn = s.q_heads * hd;
   const int64_t kv0 = s.kv_head_begin * hd, kvn = s.kv_heads * hd;
   const int64_t i0 = s.intermediate_begin, in = s.intermediate;
+  weight_dtype_ = checkpoint_->get("model.embed_tokens.weight").dtype;
   embed_tokens_ = weights_.row_slice("model.embed_tokens.weight", c.vocab_size, h, s.vocab_begin,
                                      s.vocab_count);
   if (c.tie_word_embeddings) {
@@ -235,7 +238,7 @@ ops::Matrix LlamaModel::prepared(const ops::Matrix& m, bool source_still_used) {
 }
 
 void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
-                           const KVGroupMetadata& group, float* k_cache, float* v_cache,
+                           const KVGroupMetadata& group, void* k_cache, void* v_cache,
                            const ops::KVLayout& layout, int64_t tokens) {
   const ModelConfig& c = config_;
   const int hd = static_cast<int>(c.head_dim);

@@ -42,8 +42,9 @@ struct BatchMetadata {
 // Per-layer K/V storage the model reads and writes (owned by the engine).
 struct KVCacheView {
   ops::KVLayout layout;
-  std::vector<float*> k;  // [num_layers] -> [num_blocks, kv_heads, block_size, head_dim]
-  std::vector<float*> v;
+  // [num_layers] -> [num_blocks, kv_heads, block_size, head_dim] of layout.dtype
+  std::vector<void*> k;
+  std::vector<void*> v;
   std::vector<int32_t> layer_group;  // [num_layers] -> index into BatchMetadata::kv_groups
 };
 
@@ -53,8 +54,10 @@ struct KVCacheSpec {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   std::vector<int64_t> layer_sliding_window;  // 0 = full attention
-  // Bytes one token position takes over all layers (K and V).
-  int64_t bytes_per_token() const { return num_layers * 2 * num_kv_heads * head_dim * 4; }
+  // Bytes one token position takes over all layers (K and V) in a cache of dtype.
+  int64_t bytes_per_token(DType dtype) const {
+    return num_layers * 2 * num_kv_heads * head_dim * static_cast<int64_t>(dtype_size(dtype));
+  }
 };
 
 class CausalLM {
@@ -62,6 +65,9 @@ class CausalLM {
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
   virtual KVCacheSpec kv_cache_spec() const = 0;
+  // How the checkpoint stores its weights (before any load-time
+  // quantization): what --kv-cache-dtype auto follows.
+  virtual DType weight_dtype() const { return DType::F32; }
   // Runs one step: writes the new tokens' K/V into `kv`, and fills `logits`
   // [batch.logits_indices.size(), vocab_size] (row-major). Under tensor
   // parallelism every rank calls it with the same batch (its own KV shard);

@@ -77,27 +77,31 @@ void softmax(float* x, int64_t n);
 void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
 
 // ---- Paged KV cache -------------------------------------------------------
-// One layer's cache is two f32 arrays k_cache, v_cache of shape
-// [num_blocks, num_kv_heads, block_size, head_dim]: within a block, each kv
-// head's rows are contiguous, so attention over one kv head streams whole
-// runs of memory (a token-major block would scatter them a row apart). A
-// token's slot is block_id * block_size + offset_in_block.
+// One layer's cache is two arrays k_cache, v_cache of shape
+// [num_blocks, num_kv_heads, block_size, head_dim] with elements of
+// layout.dtype: F32, or BF16 (uint16 bit patterns, rounded to nearest even
+// when written, widened exactly to f32 when read; half the bytes, so twice
+// the tokens per byte and half the bytes a decode step streams). Within a
+// block, each kv head's rows are contiguous, so attention over one kv head
+// streams whole runs of memory (a token-major block would scatter them a
+// row apart). A token's slot is block_id * block_size + offset_in_block.
 struct KVLayout {
   int block_size = 16;
   int num_kv_heads = 0;
   int head_dim = 0;
+  DType dtype = DType::F32;  // F32 or BF16
 
-  // Floats from the start of a cache to the row of (slot, kv head).
+  // Elements (of dtype) from the start of a cache to the row of (slot, kv head).
   int64_t row_offset(int64_t slot, int kv_head) const {
     const int64_t block = slot / block_size, offset = slot % block_size;
     return ((block * num_kv_heads + kv_head) * block_size + offset) * head_dim;
   }
 };
 
-// Writes k/v rows [num_tokens, num_kv_heads, head_dim] to their slots.
-// A negative slot means "do not store" (padding).
+// Writes k/v rows [num_tokens, num_kv_heads, head_dim] (f32) to their slots,
+// converted to layout.dtype. A negative slot means "do not store" (padding).
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
-              const KVLayout& layout, float* k_cache, float* v_cache);
+              const KVLayout& layout, void* k_cache, void* v_cache);
 
 // A step's q/k/v rows ([num_tokens, heads, head_dim]) on their way into
 // attention.
@@ -119,8 +123,8 @@ struct AttentionInputs {
 // Fused rms_norm (per q and k head, if given) + rope (q and k) + write_kv:
 // one pass in which each token's rows stay in L1, with results equal to the
 // three ops run one after another, bit for bit.
-void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout, float* k_cache,
-                              float* v_cache);
+void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout, void* k_cache,
+                              void* v_cache);
 
 // The sequences of one forward step, as attention sees them.
 struct AttentionBatch {
@@ -140,9 +144,10 @@ struct AttentionBatch {
 };
 
 // Causal attention of the step's new tokens over cached + new K/V, read
-// through the block tables. q, out: [num_tokens, num_q_heads, head_dim].
+// through the block tables (caches of layout.dtype; math in f32 either
+// way). q, out: [num_tokens, num_q_heads, head_dim].
 // GQA: query head h reads kv head h / (num_q_heads / num_kv_heads).
-void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
 

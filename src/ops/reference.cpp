@@ -87,8 +87,26 @@ void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out) {
   }
 }
 
+namespace {
+
+// Element i of a KV cache of the given dtype, as f32.
+float kv_at(const void* cache, DType dtype, int64_t i) {
+  return dtype == DType::BF16 ? bf16_to_f32(static_cast<const uint16_t*>(cache)[i])
+                              : static_cast<const float*>(cache)[i];
+}
+
+void kv_store(void* cache, DType dtype, int64_t i, float x) {
+  if (dtype == DType::BF16) {
+    static_cast<uint16_t*>(cache)[i] = f32_to_bf16(x);
+  } else {
+    static_cast<float*>(cache)[i] = x;
+  }
+}
+
+}  // namespace
+
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
-              const KVLayout& layout, float* k_cache, float* v_cache) {
+              const KVLayout& layout, void* k_cache, void* v_cache) {
   const int hd = layout.head_dim;
   for (int64_t t = 0; t < num_tokens; ++t) {
     if (slot_mapping[t] < 0) continue;
@@ -96,14 +114,14 @@ void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64
       const int64_t to = layout.row_offset(slot_mapping[t], h);
       const int64_t from = (t * layout.num_kv_heads + h) * hd;
       for (int d = 0; d < hd; ++d) {
-        k_cache[to + d] = k[from + d];
-        v_cache[to + d] = v[from + d];
+        kv_store(k_cache, layout.dtype, to + d, k[from + d]);
+        kv_store(v_cache, layout.dtype, to + d, v[from + d]);
       }
     }
   }
 }
 
-void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out) {
   const int hd = layout.head_dim, kvh = layout.num_kv_heads;
@@ -119,17 +137,17 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
       for (int h = 0; h < num_q_heads; ++h) {
         const float* qv = q + ((q_begin + j) * num_q_heads + h) * hd;
         const int kv_head = h / group;
-        auto key_row = [&](const float* cache, int64_t t) {
+        // Element d of key t's row in a cache.
+        auto at = [&](const void* cache, int64_t t, int d) {
           const int64_t slot =
               int64_t{table[t / layout.block_size]} * layout.block_size + t % layout.block_size;
-          return cache + layout.row_offset(slot, kv_head);
+          return kv_at(cache, layout.dtype, layout.row_offset(slot, kv_head) + d);
         };
         std::vector<double> scores(last_key - first_key + 1);
         double mx = -INFINITY;
         for (int64_t t = first_key; t <= last_key; ++t) {
-          const float* kv = key_row(k_cache, t);
           double dot = 0;
-          for (int d = 0; d < hd; ++d) dot += double{qv[d]} * kv[d];
+          for (int d = 0; d < hd; ++d) dot += double{qv[d]} * at(k_cache, t, d);
           scores[t - first_key] = dot * scale;
           mx = std::max(mx, scores[t - first_key]);
         }
@@ -139,7 +157,7 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
         for (int d = 0; d < hd; ++d) {
           double acc = 0;
           for (int64_t t = first_key; t <= last_key; ++t)
-            acc += scores[t - first_key] * key_row(v_cache, t)[d];
+            acc += scores[t - first_key] * at(v_cache, t, d);
           o[d] = static_cast<float>(acc / sum);
         }
       }

@@ -17,8 +17,8 @@ void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);
 void softmax(float* x, int64_t n);
 void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
-              const KVLayout& layout, float* k_cache, float* v_cache);
-void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+              const KVLayout& layout, void* k_cache, void* v_cache);
+void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
 

@@ -57,6 +57,22 @@ printf 'not json\n' >"$tmp/bad.jsonl"
 expect_exit 2 "bad.jsonl:1" -- "$pagoda" generate --model "$model" --prompts-file "$tmp/bad.jsonl"
 mkdir -p "$tmp/notamodel"
 expect_exit 2 "config.json" -- "$pagoda" generate --model "$tmp/notamodel" --prompt hi
+for cmd in generate serve logits "bench latency" "bench throughput"; do
+  # shellcheck disable=SC2086
+  expect_exit 2 "kv-cache-dtype" -- "$pagoda" $cmd --model "$model" --kv-cache-dtype fp8
+done
+
+# --kv-cache-dtype: the summary names the cache dtype (auto keeps f32 for
+# the f32 demo model), and a bf16 cache holds twice the blocks of an f32
+# one in the same --kv-cache-memory.
+kv_blocks() {  # kv_blocks DTYPE: the block count the engine summary reports
+  "$pagoda" generate --model "$model" --prompt hi --max-tokens 2 --kv-cache-memory 2560000 \
+    --kv-cache-dtype "$1" 2>&1 >/dev/null | sed -n "s/.*KV cache $2, \([0-9]*\) blocks.*/\1/p"
+}
+f32_blocks=$(kv_blocks auto f32)
+bf16_blocks=$(kv_blocks bf16 bf16)
+[[ -n $f32_blocks && -n $bf16_blocks && $bf16_blocks -eq $((2 * f32_blocks)) ]] \
+  || fail "KV blocks: auto/f32 '$f32_blocks', bf16 '$bf16_blocks' (want twice)"
 
 # bench latency with --output-len 1 has no decode step: decode is reported
 # as not measured (null in JSON), never as inf or nan (a division by zero
@@ -77,9 +93,13 @@ done
   || fail "bench latency --output-len 1 --json failed"
 "${bench_latency[@]}" --output-len 3 --no-roofline --json >"$tmp/lat3.json" 2>/dev/null \
   || fail "bench latency --output-len 3 --json failed"
-/usr/bin/python3 - "$tmp/lat1.json" "$tmp/lat3.json" <<'PY' || fail "bench latency JSON decode fields"
+"${bench_latency[@]}" --output-len 3 --no-roofline --json --kv-cache-dtype bf16 >"$tmp/lat3b.json" \
+  2>/dev/null || fail "bench latency --kv-cache-dtype bf16 --json failed"
+/usr/bin/python3 - "$tmp/lat1.json" "$tmp/lat3.json" "$tmp/lat3b.json" <<'PY' || fail "bench latency JSON decode fields"
 import json, sys
-one, three = (json.load(open(p)) for p in sys.argv[1:])
+one, three, bf16 = (json.load(open(p)) for p in sys.argv[1:])
+assert three["kv_cache_dtype"] == "f32" and bf16["kv_cache_dtype"] == "bf16", (three, bf16)
+assert bf16["decode_tokens_per_s"] > 0, bf16
 assert one["decode_tokens_per_s"] is None and one["decode_ms_per_step"] is None, one
 assert one["decode_tokens_per_s_runs"] == [] and one["prefill_tokens_per_s"] > 0, one
 assert three["decode_tokens_per_s"] > 0 and three["decode_ms_per_step"] > 0, three

@@ -41,6 +41,12 @@ check qwen3-mha-block1 --arch qwen3 --kv-heads 8 --seed 6 -- --block-size 1 --th
 check llama-chunked-prefill --arch llama --seed 7 -- --max-num-batched-tokens 5 --block-size 4
 check mistral-sliding-window --arch llama --sliding-window 8 --seed 8 -- --block-size 4
 check qwen2-mixed-window-layers --arch qwen2 --sliding-window 6 --max-window-layers 1 --seed 9
+# A bf16 KV cache (the reference rounds K/V alike; the logits JSON names
+# the cache dtype): forced on f32 weights, where nothing else rounds, so
+# 1e-4 still holds; and f32 forced on a bf16 checkpoint.
+check llama-f32-bf16kv --arch llama --dtype f32 --seed 10 -- --kv-cache-dtype bf16
+check qwen3-f32-bf16kv-block1 --arch qwen3 --seed 11 -- --kv-cache-dtype bf16 --block-size 1 --threads 1
+check qwen3-bf16-f32kv --arch qwen3 --dtype bf16 --seed 12 -- --kv-cache-dtype f32
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures reference check(s) failed"

@@ -33,11 +33,27 @@ assert r["prompt_token_ids"] == [9707, 11, 1879], r["prompt_token_ids"]
 assert len(r["token_ids"]) == 6 and all(0 <= t < 151936 for t in r["token_ids"]), r
 PY
 
-# Logits against the independent numpy reference.
+# The checkpoint is bf16, so --kv-cache-dtype auto picks a bf16 cache (the
+# summary says so), as does an explicit bf16; f32 can still be asked for.
+for kv in auto bf16 f32; do
+  want=$([[ $kv == f32 ]] && echo f32 || echo bf16)
+  "$pagoda" generate --model "$dir" --prompt "Hello, world" --max-tokens 6 --temperature 0 \
+    --ignore-eos --max-model-len 256 --kv-cache-dtype "$kv" >"$tmp/gen_$kv.txt" 2>"$tmp/gen_$kv.err" \
+    || fail "generate --kv-cache-dtype $kv"
+  grep -q "KV cache $want," "$tmp/gen_$kv.err" \
+    || fail "--kv-cache-dtype $kv: summary lacks 'KV cache $want': $(cat "$tmp/gen_$kv.err")"
+done
+
+# Logits against the independent numpy reference (which rounds K/V to bf16
+# as the engine's bf16 cache does: logits JSON says which cache it used).
 "$pagoda" logits --model "$dir" --prompt-ids 9707,11,1879,0,151643 --max-tokens 3 \
   --max-model-len 256 --out "$dir/logits.json" || fail "logits"
 $py "$src/tools/compare_logits.py" --model "$dir" --pagoda-json "$dir/logits.json" --rtol 1e-4 \
   || fail "reference comparison"
+"$pagoda" logits --model "$dir" --prompt-ids 9707,11,1879,0,151643 --max-tokens 3 \
+  --max-model-len 256 --kv-cache-dtype f32 --out "$dir/logits_f32kv.json" || fail "logits f32 KV"
+$py "$src/tools/compare_logits.py" --model "$dir" --pagoda-json "$dir/logits_f32kv.json" \
+  --rtol 1e-4 || fail "reference comparison, f32 KV cache"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures random-checkpoint check(s) failed"

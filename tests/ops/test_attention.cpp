@@ -1,7 +1,8 @@
 // paged_attention on every supported ISA against the reference, and the
 // reference against a dense (non-paged) attention written here, on batches
 // mixing prefill with a cached prefix, plain prefill and decode, over
-// shuffled non-contiguous block tables.
+// shuffled non-contiguous block tables; with f32 and bf16 KV caches (the
+// dense attention then sees the same bf16-rounded K/V).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,13 +59,21 @@ void dense_attention(const float* q, const std::vector<std::vector<float>>& keys
 
 struct Case {
   int q_heads, kv_heads, head_dim, block_size, window;
+  DType kv = DType::F32;  // KV cache element type
 };
+
+Case with_kv(Case c, DType kv) {
+  c.kv = kv;
+  return c;
+}
 
 std::string describe(const Case& c) {
   return "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " hd " +
          std::to_string(c.head_dim) + " bs " + std::to_string(c.block_size) + " window " +
-         std::to_string(c.window);
+         std::to_string(c.window) + " kv " + std::string(dtype_name(c.kv));
 }
+
+const DType kKvDtypes[] = {DType::F32, DType::BF16};
 
 // A step's sequences: {cached tokens, new tokens}. Prefill with a cached
 // prefix, plain prefill, decode, a long prefill, a sequence with no new
@@ -74,11 +83,19 @@ const std::vector<std::pair<int, int>> kSeqs = {{10, 5}, {0, 9}, {23, 1}, {1, 1}
 
 // One step's paged cache (filled through write_kv, random shuffled block
 // ids), queries and batch description, with the keys and values of each
-// sequence kept in order for the dense attention.
+// sequence kept in order for the dense attention (as the cache holds them:
+// bf16-rounded for a bf16 cache).
 struct Step {
   KVLayout layout;
   int max_blocks = 0;
-  std::vector<float> k_cache, v_cache, q;
+  std::vector<float> k_cache, v_cache, q;  // f32 cache
+  std::vector<uint16_t> k_bf16, v_bf16;    // bf16 cache
+  const void* k() const {
+    return layout.dtype == DType::BF16 ? (const void*)k_bf16.data() : k_cache.data();
+  }
+  const void* v() const {
+    return layout.dtype == DType::BF16 ? (const void*)v_bf16.data() : v_cache.data();
+  }
   std::vector<int32_t> tables, qsl = {0}, seq_lens;
   std::vector<std::vector<std::vector<float>>> keys, values;
 
@@ -95,7 +112,7 @@ struct Step {
 Step build_step(const Case& c, std::mt19937& rng) {
   Step st;
   const int row = c.kv_heads * c.head_dim;
-  st.layout = KVLayout{c.block_size, c.kv_heads, c.head_dim};
+  st.layout = KVLayout{c.block_size, c.kv_heads, c.head_dim, c.kv};
   int total_blocks = 0;
   for (auto [cached, fresh] : kSeqs) {
     const int blocks = (cached + fresh + c.block_size - 1) / c.block_size;
@@ -104,8 +121,14 @@ Step build_step(const Case& c, std::mt19937& rng) {
   }
   const int num_blocks = total_blocks + 7;  // some blocks stay unused (NaN)
   // NaN everywhere no sequence wrote: reading a wrong slot poisons the output.
-  st.k_cache.assign(int64_t{num_blocks} * c.block_size * row, NAN);
-  st.v_cache = st.k_cache;
+  const int64_t cache_elems = int64_t{num_blocks} * c.block_size * row;
+  if (c.kv == DType::BF16) {
+    st.k_bf16.assign(cache_elems, f32_to_bf16(NAN));
+    st.v_bf16 = st.k_bf16;
+  } else {
+    st.k_cache.assign(cache_elems, NAN);
+    st.v_cache = st.k_cache;
+  }
   std::vector<int32_t> ids(num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
@@ -129,8 +152,12 @@ Step build_step(const Case& c, std::mt19937& rng) {
       slots.push_back(int64_t{st.tables[s * st.max_blocks + t / c.block_size]} * c.block_size +
                       t % c.block_size);
     }
-    write_kv(k_rows.data(), v_rows.data(), slots.data(), len, st.layout, st.k_cache.data(),
-             st.v_cache.data());
+    write_kv(k_rows.data(), v_rows.data(), slots.data(), len, st.layout, const_cast<void*>(st.k()),
+             const_cast<void*>(st.v()));
+    if (c.kv == DType::BF16) {  // what the cache holds, by an independent rounding
+      for (auto& key : st.keys[s]) key = bf16_rounded(key);
+      for (auto& value : st.values[s]) value = bf16_rounded(value);
+    }
     const auto qs = random_vec(size_t(kSeqs[s].second) * c.q_heads * c.head_dim, rng);
     st.q.insert(st.q.end(), qs.begin(), qs.end());
     st.qsl.push_back(st.qsl.back() + kSeqs[s].second);
@@ -148,10 +175,9 @@ std::vector<float> run_case(const Case& c, std::mt19937& rng) {
   const AttentionBatch batch = st.batch(c.window);
   const float scale = scale_of(c);
   std::vector<float> out(st.q.size(), NAN), out_ref(st.q.size(), NAN), out_dense(st.q.size(), NAN);
-  paged_attention(st.q.data(), st.k_cache.data(), st.v_cache.data(), st.layout, batch, c.q_heads,
-                  scale, out.data());
-  ref::paged_attention(st.q.data(), st.k_cache.data(), st.v_cache.data(), st.layout, batch,
-                       c.q_heads, scale, out_ref.data());
+  paged_attention(st.q.data(), st.k(), st.v(), st.layout, batch, c.q_heads, scale, out.data());
+  ref::paged_attention(st.q.data(), st.k(), st.v(), st.layout, batch, c.q_heads, scale,
+                       out_ref.data());
   const int64_t token_elems = int64_t{c.q_heads} * c.head_dim;
   for (size_t s = 0; s < kSeqs.size(); ++s) {
     dense_attention(st.q.data() + st.qsl[s] * token_elems, st.keys[s], st.values[s],
@@ -172,28 +198,66 @@ TEST_P(PagedAttention, MatchesReferenceAndDense) {
                                    {4, 1, 64, 16, 0},  {8, 2, 8, 3, 5},   {4, 4, 40, 1, 1},
                                    {4, 1, 40, 16, 20}, {2, 1, 64, 3, 17}, {2, 2, 12, 48, 0},
                                    {4, 2, 64, 48, 33}, {2, 1, 520, 16, 0}};
+  for (DType kv : kKvDtypes) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(describe(with_kv(c, kv)));
+      run_case(with_kv(c, kv), rng);
+    }
+  }
+}
+
+TEST_P(PagedAttention, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
+  // Widening bf16 to f32 is exact, so a bf16 cache must give the very bits
+  // an f32 cache holding the same (bf16-rounded) values gives: same rng
+  // seed, same data, the f32 run fed the rounded K/V through a second
+  // write_kv.
+  const std::vector<Case> cases = {{8, 2, 64, 16, 0}, {4, 4, 40, 3, 5}, {2, 1, 12, 48, 0}};
   for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
-    run_case(c, rng);
+    std::mt19937 rng_b(11), rng_f(11);
+    const Step bf = build_step(with_kv(c, DType::BF16), rng_b);
+    Step f32 = build_step(c, rng_f);
+    for (size_t s = 0; s < kSeqs.size(); ++s) {
+      std::vector<float> k_rows, v_rows;
+      std::vector<int64_t> slots;
+      for (size_t t = 0; t < f32.keys[s].size(); ++t) {
+        const auto k = bf16_rounded(f32.keys[s][t]), v = bf16_rounded(f32.values[s][t]);
+        k_rows.insert(k_rows.end(), k.begin(), k.end());
+        v_rows.insert(v_rows.end(), v.begin(), v.end());
+        slots.push_back(int64_t{f32.tables[s * f32.max_blocks + t / c.block_size]} * c.block_size +
+                        static_cast<int64_t>(t) % c.block_size);
+      }
+      write_kv(k_rows.data(), v_rows.data(), slots.data(), static_cast<int64_t>(slots.size()),
+               f32.layout, f32.k_cache.data(), f32.v_cache.data());
+    }
+    ASSERT_EQ(bf.q, f32.q);
+    std::vector<float> out_b(bf.q.size(), NAN), out_f(bf.q.size(), NAN);
+    paged_attention(bf.q.data(), bf.k(), bf.v(), bf.layout, bf.batch(c.window), c.q_heads,
+                    scale_of(c), out_b.data());
+    paged_attention(f32.q.data(), f32.k(), f32.v(), f32.layout, f32.batch(c.window), c.q_heads,
+                    scale_of(c), out_f.data());
+    EXPECT_EQ(out_b, out_f);
   }
 }
 
 TEST_P(PagedAttention, TwoThreadsEqualOne) {
   // Same seed, same data; each (row, head) item is computed whole by one
   // thread, so the split cannot change a bit.
-  const Case c{4, 2, 64, 16, 0};
-  std::vector<float> one, two;
-  {
-    ScopedThreads threads(1);
-    std::mt19937 rng(6);
-    one = run_case(c, rng);
+  for (DType kv : kKvDtypes) {
+    const Case c{4, 2, 64, 16, 0, kv};
+    std::vector<float> one, two;
+    {
+      ScopedThreads threads(1);
+      std::mt19937 rng(6);
+      one = run_case(c, rng);
+    }
+    {
+      ScopedThreads threads(2);
+      std::mt19937 rng(6);
+      two = run_case(c, rng);
+    }
+    EXPECT_EQ(one, two) << describe(c);
   }
-  {
-    ScopedThreads threads(2);
-    std::mt19937 rng(6);
-    two = run_case(c, rng);
-  }
-  EXPECT_EQ(one, two);
 }
 
 TEST_P(PagedAttention, EachRowAloneEqualsItsRowInTheBatch) {
@@ -201,15 +265,19 @@ TEST_P(PagedAttention, EachRowAloneEqualsItsRowInTheBatch) {
   // row's output must not depend on its tile: every new row of the batch,
   // run alone as a one-token decode step over the same cache, gives the
   // same bits (what makes greedy outputs independent of batching).
-  const std::vector<Case> cases = {
-      {8, 2, 64, 16, 0}, {4, 4, 40, 3, 0}, {4, 1, 12, 48, 20}, {2, 1, 64, 16, 7}};
+  std::vector<Case> cases;
+  for (DType kv : kKvDtypes) {
+    for (const Case& c : {Case{8, 2, 64, 16, 0}, Case{4, 4, 40, 3, 0}, Case{4, 1, 12, 48, 20},
+                          Case{2, 1, 64, 16, 7}})
+      cases.push_back(with_kv(c, kv));
+  }
   std::mt19937 rng(7);
   for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
     const Step st = build_step(c, rng);
     std::vector<float> out(st.q.size(), NAN);
-    paged_attention(st.q.data(), st.k_cache.data(), st.v_cache.data(), st.layout,
-                    st.batch(c.window), c.q_heads, scale_of(c), out.data());
+    paged_attention(st.q.data(), st.k(), st.v(), st.layout, st.batch(c.window), c.q_heads,
+                    scale_of(c), out.data());
     const int64_t token_elems = int64_t{c.q_heads} * c.head_dim;
     int mismatches = 0;
     for (size_t s = 0; s < kSeqs.size(); ++s) {
@@ -219,8 +287,8 @@ TEST_P(PagedAttention, EachRowAloneEqualsItsRowInTheBatch) {
         const AttentionBatch one{
             1, qsl, &seq_len, st.tables.data() + s * st.max_blocks, st.max_blocks, c.window};
         std::vector<float> alone(token_elems, NAN);
-        paged_attention(st.q.data() + row * token_elems, st.k_cache.data(), st.v_cache.data(),
-                        st.layout, one, c.q_heads, scale_of(c), alone.data());
+        paged_attention(st.q.data() + row * token_elems, st.k(), st.v(), st.layout, one, c.q_heads,
+                        scale_of(c), alone.data());
         const std::vector<float> in_batch(out.begin() + row * token_elems,
                                           out.begin() + (row + 1) * token_elems);
         mismatches += alone != in_batch;

@@ -1,10 +1,14 @@
 // rope, embedding and write_kv: against the reference and against facts
 // that hold by definition (position 0 is the identity, rotation keeps pair
-// norms, partial rotary leaves the tail alone, slots land where computed).
+// norms, partial rotary leaves the tail alone, slots land where computed,
+// a bf16 cache holds each value rounded to nearest even).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -118,6 +122,72 @@ TEST_P(RopeEmbeddingKv, WriteKvStoresRowsAtTheirSlots) {
   EXPECT_EQ(v_cache, v_want);
 }
 
+// The bf16 bits of x rounded to nearest even, from the definition on the
+// f32 bits (no shared code with core/dtype.h): keep the top 16 bits, add
+// one when the dropped half is above 0x8000, or equal to it and the kept
+// part is odd. Finite inputs only.
+uint16_t bf16_nearest_even(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const uint32_t kept = bits >> 16, dropped = bits & 0xffffu;
+  const bool up = dropped > 0x8000u || (dropped == 0x8000u && (kept & 1u));
+  return static_cast<uint16_t>(kept + (up ? 1u : 0u));
+}
+
+TEST(Bf16Rounding, TheTestsRoundingMatchesKnownCases) {
+  // Ties go to the even neighbour; 1 + 2^-8 is half a bf16 ulp above 1.
+  EXPECT_EQ(bf16_nearest_even(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_nearest_even(1.0f + 0x1p-8f), 0x3f80);             // tie, down to even
+  EXPECT_EQ(bf16_nearest_even(1.0f + 0x1p-7f + 0x1p-8f), 0x3f82);   // tie, up to even
+  EXPECT_EQ(bf16_nearest_even(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // above the tie
+  EXPECT_EQ(bf16_nearest_even(-2.0f), 0xc000);
+  EXPECT_EQ(bf16_nearest_even(3.0e38f), 0x7f62);                            // 0x7f61bxxx rounds up
+  EXPECT_EQ(bf16_nearest_even(std::numeric_limits<float>::max()), 0x7f80);  // overflows to inf
+}
+
+TEST_P(RopeEmbeddingKv, WriteKvToABf16CacheRoundsToNearestEven) {
+  // Random rows plus hand-picked ties, signs, a subnormal and f32 max in one
+  // token's rows: each cache element must be the nearest-even bf16 of its
+  // input, at the slot the f32 layout gives, and match the reference.
+  std::mt19937 rng(23);
+  const KVLayout layout{4, 2, 8, DType::BF16};
+  const int64_t row = 2 * 8, num_blocks = 3, tokens = 4;
+  auto k = random_vec(tokens * row, rng), v = random_vec(tokens * row, rng);
+  const float specials[] = {
+      1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f,          -(1.0f + 0x1p-8f), 0.0f, -0.0f,
+      0x1p-140f,      std::numeric_limits<float>::max(), 65504.5f};
+  for (size_t i = 0; i < std::size(specials); ++i) k[i] = v[row - 1 - i] = specials[i];
+  const std::vector<int64_t> slots = {5, -1, 0, 11};
+  const uint16_t fill = 0x1234;
+  std::vector<uint16_t> k_cache(num_blocks * 4 * row, fill), v_cache = k_cache;
+  auto k_ref = k_cache, v_ref = v_cache;
+  write_kv(k.data(), v.data(), slots.data(), tokens, layout, k_cache.data(), v_cache.data());
+  ref::write_kv(k.data(), v.data(), slots.data(), tokens, layout, k_ref.data(), v_ref.data());
+  EXPECT_EQ(k_cache, k_ref);
+  EXPECT_EQ(v_cache, v_ref);
+  std::vector<uint16_t> k_want(k_cache.size(), fill), v_want = k_want;
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    const int64_t block = slots[t] / 4, offset = slots[t] % 4;
+    for (int h = 0; h < 2; ++h) {
+      for (int d = 0; d < 8; ++d) {
+        const int64_t at = ((block * 2 + h) * 4 + offset) * 8 + d;
+        k_want[at] = bf16_nearest_even(k[(t * 2 + h) * 8 + d]);
+        v_want[at] = bf16_nearest_even(v[(t * 2 + h) * 8 + d]);
+      }
+    }
+  }
+  EXPECT_EQ(k_cache, k_want);
+  EXPECT_EQ(v_cache, v_want);
+}
+
+// A cache buffer's bytes as 16-bit words (bf16 elements, or f32 halves).
+std::vector<uint16_t> bits16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size() * 2);
+  std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+  return out;
+}
+
 TEST_P(RopeEmbeddingKv, FusedAttentionInputsEqualTheSeparateOps) {
   // prepare_attention_inputs against rms_norm + rope + write_kv run one
   // after another: the same bits, with and without qk-norm, with partial
@@ -126,53 +196,64 @@ TEST_P(RopeEmbeddingKv, FusedAttentionInputsEqualTheSeparateOps) {
   const std::vector<int32_t> pos = {3, 0, 17, 250, 9};
   const std::vector<int64_t> slots = {5, -1, 0, 11, 2};
   const auto tokens = static_cast<int64_t>(pos.size());
-  for (int head_dim : {12, 64}) {
-    for (bool qk_norm : {false, true}) {
-      for (int rot_dim : {head_dim, head_dim / 2}) {
-        const int q_heads = 4, kv_heads = 2;
-        const KVLayout layout{4, kv_heads, head_dim};
-        const int64_t cache_floats = int64_t{4} * 4 * kv_heads * head_dim;
-        const auto inv_freq = hf_inv_freq(rot_dim, 10000.0f);
-        const auto q_norm = random_vec(head_dim, rng), k_norm = random_vec(head_dim, rng);
-        const auto q0 = random_vec(tokens * q_heads * head_dim, rng);
-        const auto k0 = random_vec(tokens * kv_heads * head_dim, rng);
-        const auto v = random_vec(tokens * kv_heads * head_dim, rng);
-        const float eps = 1e-6f;
+  for (DType kv_dtype : {DType::F32, DType::BF16}) {
+    for (int head_dim : {12, 64}) {
+      for (bool qk_norm : {false, true}) {
+        for (int rot_dim : {head_dim, head_dim / 2}) {
+          const int q_heads = 4, kv_heads = 2;
+          const KVLayout layout{4, kv_heads, head_dim, kv_dtype};
+          const int64_t cache_floats = int64_t{4} * 4 * kv_heads * head_dim;
+          const auto inv_freq = hf_inv_freq(rot_dim, 10000.0f);
+          const auto q_norm = random_vec(head_dim, rng), k_norm = random_vec(head_dim, rng);
+          const auto q0 = random_vec(tokens * q_heads * head_dim, rng);
+          const auto k0 = random_vec(tokens * kv_heads * head_dim, rng);
+          const auto v = random_vec(tokens * kv_heads * head_dim, rng);
+          const float eps = 1e-6f;
 
-        auto q_sep = q0, k_sep = k0;
-        std::vector<float> kc_sep(cache_floats, 0.5f), vc_sep = kc_sep;
-        if (qk_norm) {
-          rms_norm(q_sep.data(), q_norm.data(), tokens * q_heads, head_dim, eps, q_sep.data());
-          rms_norm(k_sep.data(), k_norm.data(), tokens * kv_heads, head_dim, eps, k_sep.data());
+          auto q_sep = q0, k_sep = k0;
+          // Cache storage for either dtype (bf16 uses the first half).
+          std::vector<float> kc_sep(cache_floats, 0.5f), vc_sep = kc_sep;
+          if (qk_norm) {
+            rms_norm(q_sep.data(), q_norm.data(), tokens * q_heads, head_dim, eps, q_sep.data());
+            rms_norm(k_sep.data(), k_norm.data(), tokens * kv_heads, head_dim, eps, k_sep.data());
+          }
+          rope(q_sep.data(), tokens, q_heads, head_dim, pos.data(), inv_freq.data(), rot_dim);
+          rope(k_sep.data(), tokens, kv_heads, head_dim, pos.data(), inv_freq.data(), rot_dim);
+          write_kv(k_sep.data(), v.data(), slots.data(), tokens, layout, kc_sep.data(),
+                   vc_sep.data());
+
+          auto q = q0, k = k0;
+          std::vector<float> kc(cache_floats, 0.5f), vc = kc;
+          AttentionInputs in;
+          in.q = q.data();
+          in.k = k.data();
+          in.v = v.data();
+          in.num_tokens = tokens;
+          in.num_q_heads = q_heads;
+          in.q_norm = qk_norm ? q_norm.data() : nullptr;
+          in.k_norm = qk_norm ? k_norm.data() : nullptr;
+          in.eps = eps;
+          in.positions = pos.data();
+          in.inv_freq = inv_freq.data();
+          in.rot_dim = rot_dim;
+          in.slot_mapping = slots.data();
+          prepare_attention_inputs(in, layout, kc.data(), vc.data());
+          const std::string what = "hd " + std::to_string(head_dim) + " rot " +
+                                   std::to_string(rot_dim) + (qk_norm ? " qk-norm" : "") + " kv " +
+                                   std::string(dtype_name(kv_dtype));
+          EXPECT_EQ(q, q_sep) << what;
+          EXPECT_EQ(k, k_sep) << what;
+          EXPECT_EQ(bits16(kc), bits16(kc_sep)) << what;  // bitwise, for either dtype
+          EXPECT_EQ(bits16(vc), bits16(vc_sep)) << what;
+          EXPECT_NE(q, q0) << what;       // it did rotate
+          if (kv_dtype == DType::BF16) {  // the cache holds the rotated k, rounded
+            const std::vector<uint16_t> kb = bits16(kc);
+            const int64_t at = layout.row_offset(slots[0], 1);
+            for (int d = 0; d < head_dim; ++d)
+              EXPECT_EQ(kb[at + d], bf16_nearest_even(k[(0 * kv_heads + 1) * head_dim + d]))
+                  << what;
+          }
         }
-        rope(q_sep.data(), tokens, q_heads, head_dim, pos.data(), inv_freq.data(), rot_dim);
-        rope(k_sep.data(), tokens, kv_heads, head_dim, pos.data(), inv_freq.data(), rot_dim);
-        write_kv(k_sep.data(), v.data(), slots.data(), tokens, layout, kc_sep.data(),
-                 vc_sep.data());
-
-        auto q = q0, k = k0;
-        std::vector<float> kc(cache_floats, 0.5f), vc = kc;
-        AttentionInputs in;
-        in.q = q.data();
-        in.k = k.data();
-        in.v = v.data();
-        in.num_tokens = tokens;
-        in.num_q_heads = q_heads;
-        in.q_norm = qk_norm ? q_norm.data() : nullptr;
-        in.k_norm = qk_norm ? k_norm.data() : nullptr;
-        in.eps = eps;
-        in.positions = pos.data();
-        in.inv_freq = inv_freq.data();
-        in.rot_dim = rot_dim;
-        in.slot_mapping = slots.data();
-        prepare_attention_inputs(in, layout, kc.data(), vc.data());
-        const std::string what = "hd " + std::to_string(head_dim) + " rot " +
-                                 std::to_string(rot_dim) + (qk_norm ? " qk-norm" : "");
-        EXPECT_EQ(q, q_sep) << what;
-        EXPECT_EQ(k, k_sep) << what;
-        EXPECT_EQ(kc, kc_sep) << what;
-        EXPECT_EQ(vc, vc_sep) << what;
-        EXPECT_NE(q, q0) << what;  // it did rotate
       }
     }
   }

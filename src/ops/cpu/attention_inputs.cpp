@@ -10,8 +10,8 @@
 
 namespace pagoda::ops {
 
-void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout, float* k_cache,
-                              float* v_cache) {
+void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout, void* k_cache,
+                              void* v_cache) {
   const int hd = layout.head_dim, kv_heads = layout.num_kv_heads;
   PAGODA_CHECK(in.rot_dim >= 0 && in.rot_dim % 2 == 0 && in.rot_dim <= hd,
                "prepare_attention_inputs: rot_dim {} must be even and within 0..head_dim {}",
@@ -19,6 +19,8 @@ void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout,
   PAGODA_CHECK((in.q_norm == nullptr) == (in.k_norm == nullptr),
                "prepare_attention_inputs: q_norm and k_norm must be given together (qk-norm) "
                "or both be null");
+  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16,
+               "prepare_attention_inputs: KV cache dtype {}", dtype_name(layout.dtype));
   const cpu::KernelTable& kt = cpu::active_kernels();
   const int half = in.rot_dim / 2;
   const int64_t kv_row = int64_t{kv_heads} * hd;

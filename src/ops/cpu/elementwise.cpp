@@ -64,7 +64,9 @@ void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out) {
 }
 
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
-              const KVLayout& layout, float* k_cache, float* v_cache) {
+              const KVLayout& layout, void* k_cache, void* v_cache) {
+  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16,
+               "write_kv: KV cache dtype {}", dtype_name(layout.dtype));
   const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
   for (int64_t t = 0; t < num_tokens; ++t) {
     if (slot_mapping[t] < 0) continue;  // padding token

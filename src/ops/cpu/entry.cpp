@@ -132,13 +132,15 @@ void add_rms_norm(float* residual, const float* x, const float* weight, int64_t 
   });
 }
 
-void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out) {
   const int hd = layout.head_dim, kv_heads = layout.num_kv_heads, bs = layout.block_size;
   PAGODA_CHECK(hd > 0 && kv_heads > 0 && bs > 0 && num_q_heads % kv_heads == 0,
                "paged_attention: head_dim {} block_size {} q heads {} kv heads {}", hd, bs,
                num_q_heads, kv_heads);
+  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16,
+               "paged_attention: KV cache dtype {}", dtype_name(layout.dtype));
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t num_new = batch.query_start_loc[s + 1] - batch.query_start_loc[s];
     const int64_t len = batch.seq_lens[s];
@@ -180,6 +182,10 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
   const int64_t block_stride = int64_t{kv_heads} * bs * hd;
   const int64_t q_row_stride = int64_t{num_q_heads} * hd;
   const cpu::KernelTable& kt = cpu::active_kernels();
+  const auto tile_kernel = layout.dtype == DType::BF16 ? kt.attention_bf16_kv : kt.attention;
+  const int64_t elem = static_cast<int64_t>(dtype_size(layout.dtype));
+  const auto* k_bytes = static_cast<const uint8_t*>(k_cache);
+  const auto* v_bytes = static_cast<const uint8_t*>(v_cache);
   parallel_for(static_cast<int64_t>(tiles.size()) * per_tile, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scratch;  // grown once per thread
     const auto scratch_size = static_cast<size_t>(cpu::attention_scratch_floats(hd));
@@ -195,8 +201,8 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
       a.q_row_stride = q_row_stride;
       a.rows = tile.rows;
       a.heads = std::min(tile_heads, (kvh + 1) * group - h0);
-      a.k_head = k_cache + int64_t{kvh} * bs * hd;
-      a.v_head = v_cache + int64_t{kvh} * bs * hd;
+      a.k_head = k_bytes + int64_t{kvh} * bs * hd * elem;
+      a.v_head = v_bytes + int64_t{kvh} * bs * hd * elem;
       a.block_stride = block_stride;
       a.block_table = batch.block_tables + int64_t{tile.seq} * batch.max_blocks_per_seq;
       a.block_size = bs;
@@ -204,7 +210,7 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
       a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);
       a.sliding_window = batch.sliding_window;
       a.scale = scale;
-      kt.attention(a, scratch.data());
+      tile_kernel(a, scratch.data());
     }
   });
 }

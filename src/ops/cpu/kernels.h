@@ -16,15 +16,16 @@ namespace pagoda::ops::cpu {
 // + h * head_dim and writes out at the same offset; row r sees keys up to
 // last_key + r (and, with a sliding window W > 0, from last_key + r - W + 1).
 // Key t lives in block b = block_table[t / block_size], its K row at
-// k_head + b * block_stride + (t % block_size) * head_dim (k_head already
-// points at the kv head's rows of block 0; see KVLayout).
+// element k_head + b * block_stride + (t % block_size) * head_dim (k_head
+// already points at the kv head's rows of block 0; see KVLayout), of the
+// cache's element type (the table's attention or attention_bf16_kv).
 struct AttentionTile {
   const float* q = nullptr;
   float* out = nullptr;
-  int64_t q_row_stride = 0;  // num_q_heads * head_dim
-  int rows = 0, heads = 0;   // rows * heads <= kMaxTileQueries
-  const float* k_head = nullptr;
-  const float* v_head = nullptr;
+  int64_t q_row_stride = 0;      // num_q_heads * head_dim
+  int rows = 0, heads = 0;       // rows * heads <= kMaxTileQueries
+  const void* k_head = nullptr;  // f32 or bf16 elements
+  const void* v_head = nullptr;
   int64_t block_stride = 0;  // num_kv_heads * block_size * head_dim
   const int32_t* block_table = nullptr;
   int block_size = 0;
@@ -44,14 +45,27 @@ constexpr int64_t attention_scratch_floats(int64_t hd) {
   return kMaxTileQueries * (hd + kKeyChunk + 2);
 }
 
-// Stores one token's k and v rows ([num_kv_heads, head_dim]) at its slot.
+// Stores one token's k and v rows ([num_kv_heads, head_dim], f32) at its
+// slot, as layout.dtype (bf16: round to nearest even, f32_to_bf16). A
+// token's rows are a few KB per layer, so a scalar conversion costs little
+// next to the projections that made them.
 inline void write_kv_token(const float* k, const float* v, int64_t slot, const KVLayout& layout,
-                           float* k_cache, float* v_cache) {
-  const size_t bytes = static_cast<size_t>(layout.head_dim) * sizeof(float);
+                           void* k_cache, void* v_cache) {
+  const int hd = layout.head_dim;
   for (int h = 0; h < layout.num_kv_heads; ++h) {
     const int64_t to = layout.row_offset(slot, h);
-    std::memcpy(k_cache + to, k + int64_t{h} * layout.head_dim, bytes);
-    std::memcpy(v_cache + to, v + int64_t{h} * layout.head_dim, bytes);
+    const float* kh = k + int64_t{h} * hd;
+    const float* vh = v + int64_t{h} * hd;
+    if (layout.dtype == DType::BF16) {
+      uint16_t* kc = static_cast<uint16_t*>(k_cache) + to;
+      uint16_t* vc = static_cast<uint16_t*>(v_cache) + to;
+      for (int d = 0; d < hd; ++d) kc[d] = f32_to_bf16(kh[d]);
+      for (int d = 0; d < hd; ++d) vc[d] = f32_to_bf16(vh[d]);
+    } else {
+      const size_t bytes = static_cast<size_t>(hd) * sizeof(float);
+      std::memcpy(static_cast<float*>(k_cache) + to, kh, bytes);
+      std::memcpy(static_cast<float*>(v_cache) + to, vh, bytes);
+    }
   }
 }
 
@@ -71,8 +85,12 @@ struct KernelTable {
                             float eps, float* y, int64_t r0, int64_t r1);
   // Rows [r0, r1) of silu_mul (gate_up rows of 2 * inter, out rows of inter).
   void (*silu_mul_rows)(const float* gate_up, int64_t inter, float* out, int64_t r0, int64_t r1);
-  // One attention tile; scratch holds attention_scratch_floats(head_dim).
+  // One attention tile over an f32 / a bf16 KV cache (the same kernel,
+  // templated on the element type: bf16 is widened to f32 in registers, so
+  // the two give the same bits on the same bf16-representable values);
+  // scratch holds attention_scratch_floats(head_dim).
   void (*attention)(const AttentionTile& a, float* scratch);
+  void (*attention_bf16_kv)(const AttentionTile& a, float* scratch);
   // bf16 x bf16 -> f32 linear (ISAs with a bf16 dot product; null on the
   // others, which widen bf16 weights to f32 in linear_bf16 instead): x is
   // already rounded to bf16 by bf16_rows (round-to-nearest-even), row

@@ -200,7 +200,9 @@ PAGODA_TARGET inline Vec vexp(Vec x) {
 // whose steps depend only on its own position. So a query's output does not
 // depend on the other queries of its tile: a decode row equals the same row
 // inside a prefill, bit for bit. A tile shares each chunk's K/V reads (from
-// memory once, then from L1) between all its queries.
+// memory once, then from L1) between all its queries. K/V elements KV are
+// float or bf16 (uint16_t); vload widens bf16 to f32 exactly in registers,
+// so the arithmetic, and the rule above, are the same for both.
 using cpu::kKeyChunk;
 // Query rows per score block: 4 x 4 accumulators on AVX-512's 32
 // registers, 2 x 4 on AVX2's 16.
@@ -210,8 +212,8 @@ constexpr int kValueQueries = 4, kValueVecs = kLanes >= 16 ? 4 : 2;
 
 // s[i][c] = scale * q_i . k_c for NQ queries and 4 keys: one accumulator
 // chain over head_dim per pair, then the vsum tree.
-template <int NQ>
-PAGODA_TARGET inline void score_block(const float* const* q, const float* const* k, int hd,
+template <int NQ, typename KV>
+PAGODA_TARGET inline void score_block(const float* const* q, const KV* const* k, int hd,
                                       float scale, float* const* s, int c0) {
   Vec acc[NQ][4];
 #pragma GCC unroll 4
@@ -255,9 +257,9 @@ PAGODA_TARGET inline void score_block(const float* const* q, const float* const*
 // acc_i[d0, d0 + NV * kLanes) += sum_j p_i[j] v_j over the chunk's keys j,
 // in key order (zero weights add exact zeros); TAIL: the last t < kLanes
 // lanes of head_dim instead (NV = 1).
-template <int NQ, int NV, bool TAIL = false>
-PAGODA_TARGET inline void value_block(const float* const* p, const float* v, int64_t stride,
-                                      int count, float* const* acc, int d0, int t = kLanes) {
+template <int NQ, int NV, bool TAIL = false, typename KV>
+PAGODA_TARGET inline void value_block(const float* const* p, const KV* v, int64_t stride, int count,
+                                      float* const* acc, int d0, int t = kLanes) {
   Vec a[NQ][NV];
 #pragma GCC unroll 4
   for (int i = 0; i < NQ; ++i) {
@@ -266,7 +268,7 @@ PAGODA_TARGET inline void value_block(const float* const* p, const float* v, int
       a[i][c] = TAIL ? vload_tail(acc[i] + d0, t) : vload(acc[i] + d0 + c * kLanes);
   }
   for (int j = 0; j < count; ++j) {
-    const float* vj = v + j * stride + d0;
+    const KV* vj = v + j * stride + d0;
     Vec vv[NV];
 #pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) vv[c] = TAIL ? vload_tail(vj, t) : vload(vj + c * kLanes);
@@ -290,9 +292,9 @@ PAGODA_TARGET inline void value_block(const float* const* p, const float* v, int
   }
 }
 
-template <int NQ>
-PAGODA_TARGET inline void value_rows(const float* const* p, const float* v, int64_t stride,
-                                     int count, float* const* acc, int hd) {
+template <int NQ, typename KV>
+PAGODA_TARGET inline void value_rows(const float* const* p, const KV* v, int64_t stride, int count,
+                                     float* const* acc, int hd) {
   int d = 0;
   for (; d + kValueVecs * kLanes <= hd; d += kValueVecs * kLanes)
     value_block<NQ, kValueVecs>(p, v, stride, count, acc, d);
@@ -357,6 +359,7 @@ PAGODA_TARGET void silu_mul_rows(const float* gate_up, int64_t inter, float* out
   }
 }
 
+template <typename KV>
 PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   const int hd = a.head_dim, bs = a.block_size, nq = a.rows * a.heads;
   float* acc = scratch;                          // [nq][hd]
@@ -379,8 +382,8 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
     const int count = static_cast<int>(end - t);
     // The chunk's rows are consecutive (stride head_dim) within its block.
     const int64_t rows0 = int64_t{a.block_table[t / bs]} * a.block_stride + offset * hd;
-    const float* k0 = a.k_head + rows0;
-    const float* v0 = a.v_head + rows0;
+    const KV* k0 = static_cast<const KV*>(a.k_head) + rows0;
+    const KV* v0 = static_cast<const KV*>(a.v_head) + rows0;
 
     act.count = 0;
     for (int r = 0; r < a.rows; ++r) {
@@ -398,7 +401,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
     }
     // Scores, 4 keys at a time (keys past the chunk repeat its last key).
     for (int c0 = 0; c0 < count; c0 += 4) {
-      const float* k[4];
+      const KV* k[4];
       for (int c = 0; c < 4; ++c) k[c] = k0 + int64_t{c0 + c < count ? c0 + c : count - 1} * hd;
       int i = 0;
       for (; i + kScoreQueries <= act.count; i += kScoreQueries)
@@ -431,8 +434,9 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
 }  // namespace
 
 const cpu::KernelTable& kernel_table() {
-  static const cpu::KernelTable table{linear_f32,        linear_bf16,   rms_norm_rows,
-                                      add_rms_norm_rows, silu_mul_rows, attention};
+  static const cpu::KernelTable table{linear_f32,         linear_bf16,   rms_norm_rows,
+                                      add_rms_norm_rows,  silu_mul_rows, attention<float>,
+                                      attention<uint16_t>};
   return table;
 }
 

@@ -1,0 +1,40 @@
+#include "kv/kv_cache_dtype.h"
+
+#include "core/error.h"
+
+namespace pagoda {
+
+std::string_view kv_cache_dtype_name(KVCacheDType d) {
+  switch (d) {
+    case KVCacheDType::Auto:
+      return "auto";
+    case KVCacheDType::F32:
+      return "f32";
+    case KVCacheDType::BF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+KVCacheDType parse_kv_cache_dtype(std::string_view name) {
+  if (name == "auto") return KVCacheDType::Auto;
+  if (name == "f32") return KVCacheDType::F32;
+  if (name == "bf16") return KVCacheDType::BF16;
+  throw_input_error("unknown KV cache dtype '{}' (choose auto, bf16 or f32)", name);
+}
+
+DType resolve_kv_cache_dtype(KVCacheDType choice, DType weight_dtype) {
+  switch (choice) {
+    case KVCacheDType::F32:
+      return DType::F32;
+    case KVCacheDType::BF16:
+      return DType::BF16;
+    case KVCacheDType::Auto:
+      break;
+  }
+  return weight_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+}
+
+std::string_view kv_dtype_label(DType d) { return d == DType::BF16 ? "bf16" : "f32"; }
+
+}  // namespace pagoda

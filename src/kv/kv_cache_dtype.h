@@ -1,0 +1,28 @@
+// The KV cache's element type (--kv-cache-dtype, as in vLLM): "auto" follows
+// the checkpoint's weights, or f32 / bf16 explicitly.
+#pragma once
+
+#include <string_view>
+
+#include "core/dtype.h"
+
+namespace pagoda {
+
+enum class KVCacheDType { Auto, F32, BF16 };
+
+std::string_view kv_cache_dtype_name(KVCacheDType d);
+// "auto", "bf16" or "f32"; anything else throws InputError naming the choices.
+KVCacheDType parse_kv_cache_dtype(std::string_view name);
+
+// The cache dtype to use for a checkpoint whose weights are stored as
+// weight_dtype. auto: bf16 for BF16 weights (vLLM's "the model's dtype";
+// the activations then already carry about bf16's precision), f32 for
+// everything else: F32 weights keep an exact f32 cache (their greedy
+// outputs do not move), and F16 ones too, since bf16 would be coarser than
+// the model's own dtype and there is no f16 cache.
+DType resolve_kv_cache_dtype(KVCacheDType choice, DType weight_dtype);
+
+// Short lower-case name of a cache dtype for messages: "f32" or "bf16".
+std::string_view kv_dtype_label(DType d);
+
+}  // namespace pagoda
