@@ -82,6 +82,18 @@ int run_latency(LatencyArgs& a) {
   LLMEngine engine(a.model, a.engine);
   print_engine_summary(engine);
   const ModelConfig& c = engine.model_config();
+  // The whole batch must be resident at once: otherwise later requests
+  // start as earlier ones finish, and "decode" would time a smaller batch
+  // while counting every request's tokens.
+  const int64_t slots = int64_t{engine.stats().kv_blocks_total} * a.engine.block_size;
+  const int64_t per_request = (a.input_len + a.output_len + a.engine.block_size - 1) /
+                              a.engine.block_size * a.engine.block_size;
+  if (slots < a.batch * per_request) {
+    throw_input_error(
+        "bench latency: --batch {} x ({} in + {} out) needs {} KV slots, the cache holds {}: raise "
+        "--kv-cache-memory (or use --kv-cache-dtype bf16)",
+        a.batch, a.input_len, a.output_len, a.batch * per_request, slots);
+  }
   ops::Roofline roof;
   if (!a.no_roofline) roof = ops::measure_roofline(num_threads(), 0.25);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <unordered_map>
@@ -18,12 +19,25 @@ std::mt19937_64 seeded(const SamplingParams& params) {
   return std::mt19937_64((uint64_t{rd()} << 32) ^ rd());
 }
 
+// The lowest id of the largest logit (NaNs never win). Two passes: a max
+// over 16 independent lanes (the compiler vectorizes it; one running
+// index would chain every compare) and then the first position holding it.
 int32_t argmax(std::span<const float> x) {
-  int32_t best = 0;
-  for (size_t i = 1; i < x.size(); ++i) {
-    if (x[i] > x[best]) best = static_cast<int32_t>(i);  // ties keep the lowest id
+  constexpr size_t kLanes = 16;
+  float lane_max[kLanes];
+  std::fill(std::begin(lane_max), std::end(lane_max), kNegInf);
+  size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j)
+      lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j];
   }
-  return best;
+  float best = kNegInf;
+  for (float v : lane_max) best = v > best ? v : best;
+  for (; i < x.size(); ++i) best = x[i] > best ? x[i] : best;
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (x[k] == best) return static_cast<int32_t>(k);
+  }
+  return 0;  // every logit NaN (or -inf): the first id, as before
 }
 
 // Raw logprobs of the chosen token and the top n (best first, ties by id).

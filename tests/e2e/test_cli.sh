@@ -106,6 +106,10 @@ assert three["decode_tokens_per_s"] > 0 and three["decode_ms_per_step"] > 0, thr
 assert len(three["decode_tokens_per_s_runs"]) == 2, three
 PY
 
+# A batch the KV cache cannot hold at once would time a smaller batch.
+expect_exit 2 "KV slots" -- "$pagoda" bench latency --model "$model" --batch 64 --input-len 64 \
+  --output-len 64 --kv-cache-memory 1000000 --no-roofline
+
 # bf16 weights are repacked into GEMM panels where the CPU has avx512_bf16
 # (--no-repack keeps them in place in the mapping); f32 weights never are.
 weights_of() {  # bench latency's "weights" field for a model and flags

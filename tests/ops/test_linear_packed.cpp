@@ -106,7 +106,7 @@ TEST_P(LinearPacked, MatchesReferenceOnTheRowMajorSource) {
 }
 
 TEST_P(LinearPacked, RowsEqualDecodeRowsBitForBit) {
-  // Every row of a batched call (6-row tiles, remainder rows, the cut last
+  // Every row of a batched call (6-row tiles, remainder tiles, the cut last
   // panel, two k blocks) equals the same row computed alone, on 1 and 2
   // threads: greedy outputs cannot depend on batch composition.
   std::mt19937 rng(23);
@@ -122,7 +122,7 @@ TEST_P(LinearPacked, RowsEqualDecodeRowsBitForBit) {
       }
       for (int threads : {1, 2}) {
         ScopedThreads scoped(threads);
-        for (int64_t m : {3, 64, 70}) {
+        for (int64_t m : {2, 3, 5, 62, 64, 65, 70}) {  // every remainder tile of 1 to 5 rows
           std::vector<float> batched(m * n, NAN);
           linear(x.data(), m, w.packed, bias.data(), batched.data());
           EXPECT_TRUE(std::equal(batched.begin(), batched.end(), alone.begin()))

@@ -4,8 +4,8 @@
 // multiplies each into every row's broadcast activation pair.
 //
 // Determinism: output [r, c] is one accumulator chain over the pairs
-// p = 0, 1, ... in order, from +0, then + bias, in every tile shape (6 rows
-// or 1), k block and thread split: rows do not depend on the batch. Between
+// p = 0, 1, ... in order, from +0, then + bias, in every tile shape (1 to 6
+// rows), k block and thread split: rows do not depend on the batch. Between
 // k blocks the partial sums rest in y as f32, which is exact.
 #include <immintrin.h>
 
@@ -47,9 +47,11 @@ PAGODA_BF16_TARGET inline void panel_tile(const uint16_t* x, int64_t ldx, const 
     __m512bh w[kVectors];
 #pragma GCC unroll 4
     for (int v = 0; v < kVectors; ++v) w[v] = (__m512bh)_mm512_loadu_si512(b + 32 * v);
-    // A lone row (decode) is bound by streaming the panel: ask for it
-    // 2 KiB ahead, beyond what the hardware prefetcher has in flight.
-    if constexpr (R == 1) __builtin_prefetch(b + 8 * kPairStride, 0, 0);
+    if constexpr (R == 1) {
+      // A lone row (decode) is bound by streaming the panel: ask for it
+      // 2 KiB ahead, beyond what the hardware prefetcher has in flight.
+      __builtin_prefetch(b + 8 * kPairStride, 0, 0);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       int32_t pair;
@@ -75,7 +77,29 @@ PAGODA_BF16_TARGET void panel_rows(const uint16_t* x, int64_t m, const uint16_t*
     int64_t r = 0;
     for (; r + kTileRows <= m; r += kTileRows)
       panel_tile<kTileRows>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy);
-    for (; r < m; ++r) panel_tile<1>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy);
+    // The remaining rows as one narrower tile: one pass over the block.
+    const uint16_t* xr = x + r * k;
+    float* yr = y + r * ldy;
+    const bool first = p0 == 0;
+    switch (m - r) {
+      case 5:
+        panel_tile<5>(xr, k, panel, p0, p1, first, yr, ldy);
+        break;
+      case 4:
+        panel_tile<4>(xr, k, panel, p0, p1, first, yr, ldy);
+        break;
+      case 3:
+        panel_tile<3>(xr, k, panel, p0, p1, first, yr, ldy);
+        break;
+      case 2:
+        panel_tile<2>(xr, k, panel, p0, p1, first, yr, ldy);
+        break;
+      case 1:
+        panel_tile<1>(xr, k, panel, p0, p1, first, yr, ldy);
+        break;
+      default:
+        break;
+    }
   }
 }
 
@@ -85,16 +109,16 @@ PAGODA_BF16_TARGET void pack_panel(const uint32_t* rows, int64_t count, int64_t 
                                    uint32_t* panel) {
   // One gather per 16 rows and pair: the pair's words of 16 source rows
   // (row stride `pairs` words) land side by side as the panel wants them.
-  const __m512i offsets = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32(static_cast<int32_t>(pairs)));
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(pairs)));
   for (int64_t c = 0; c < kPackedCols; c += 16) {
     const int64_t valid = count - c < 16 ? (count - c > 0 ? count - c : 0) : 16;
     const auto mask = static_cast<__mmask16>((1u << valid) - 1);
     const uint32_t* base = rows + (valid > 0 ? c * pairs : 0);
     for (int64_t p = 0; p < pairs; ++p) {
-      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets,
-                                                    base + p, 4);
+      const __m512i v =
+          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets, base + p, 4);
       _mm512_storeu_si512(panel + p * kPackedCols + c, v);
     }
   }
