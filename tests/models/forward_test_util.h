@@ -72,4 +72,13 @@ inline double worst_relative_error(const std::vector<float>& got, const std::vec
   return worst;
 }
 
+// Two loadings of one checkpoint (say exact and int8, or repacked and in
+// place) over the same prompt and 33 decode steps: the worst relative error
+// of got's logits against want's.
+inline double worst_logit_error(CausalLM& want, CausalLM& got) {
+  const std::vector<int32_t> prompt = {1, 45, 300, 17, 88, 102, 7, 256, 3, 99, 140, 12};
+  return worst_relative_error(prefill_and_decode(got, prompt, 33),
+                              prefill_and_decode(want, prompt, 33), want.config().vocab_size);
+}
+
 }  // namespace pagoda::test

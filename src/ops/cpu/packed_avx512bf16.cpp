@@ -68,6 +68,15 @@ PAGODA_BF16_TARGET inline void panel_tile(const uint16_t* x, int64_t ldx, const 
   }
 }
 
+// panel_tile<rows> for a runtime rows in [1, R].
+template <int R>
+PAGODA_BF16_TARGET inline void remainder_tile(int64_t rows, const uint16_t* x, int64_t ldx,
+                                              const uint16_t* panel, int64_t p0, int64_t p1,
+                                              float* y, int64_t ldy) {
+  if (rows == R) return panel_tile<R>(x, ldx, panel, p0, p1, p0 == 0, y, ldy);
+  if constexpr (R > 1) remainder_tile<R - 1>(rows, x, ldx, panel, p0, p1, y, ldy);
+}
+
 // Rows [0, m) x one panel, all k, into y (ldy, kPackedCols valid columns).
 PAGODA_BF16_TARGET void panel_rows(const uint16_t* x, int64_t m, const uint16_t* panel, int64_t k,
                                    float* y, int64_t ldy) {
@@ -78,28 +87,7 @@ PAGODA_BF16_TARGET void panel_rows(const uint16_t* x, int64_t m, const uint16_t*
     for (; r + kTileRows <= m; r += kTileRows)
       panel_tile<kTileRows>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy);
     // The remaining rows as one narrower tile: one pass over the block.
-    const uint16_t* xr = x + r * k;
-    float* yr = y + r * ldy;
-    const bool first = p0 == 0;
-    switch (m - r) {
-      case 5:
-        panel_tile<5>(xr, k, panel, p0, p1, first, yr, ldy);
-        break;
-      case 4:
-        panel_tile<4>(xr, k, panel, p0, p1, first, yr, ldy);
-        break;
-      case 3:
-        panel_tile<3>(xr, k, panel, p0, p1, first, yr, ldy);
-        break;
-      case 2:
-        panel_tile<2>(xr, k, panel, p0, p1, first, yr, ldy);
-        break;
-      case 1:
-        panel_tile<1>(xr, k, panel, p0, p1, first, yr, ldy);
-        break;
-      default:
-        break;
-    }
+    if (r < m) remainder_tile<kTileRows - 1>(m - r, x + r * k, k, panel, p0, p1, y + r * ldy, ldy);
   }
 }
 
