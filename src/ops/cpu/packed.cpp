@@ -3,6 +3,7 @@
 #include "ops/packed.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -30,9 +31,12 @@ Matrix pack_bf16(const Matrix& src, void* out) {
         cpu::avx512bf16_impl::pack_panel(in + row0 * pairs, count, pairs, dst);
         continue;
       }
+      // memcpy: a checkpoint's bf16 tensor may be only 2-byte aligned.
       for (int64_t p = 0; p < pairs; ++p) {
         for (int64_t c = 0; c < kPackedCols; ++c) {
-          dst[p * kPackedCols + c] = c < count ? in[(row0 + c) * pairs + p] : 0;
+          uint32_t word = 0;
+          if (c < count) std::memcpy(&word, in + (row0 + c) * pairs + p, sizeof word);
+          dst[p * kPackedCols + c] = word;
         }
       }
     }
