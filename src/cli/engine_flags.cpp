@@ -90,8 +90,9 @@ std::string weights_summary(const LLMEngine& engine) {
   if (engine.options().quantization == Quantization::None) {
     return engine.model().repacked_weights() ? "bf16, repacked into GEMM panels" : "as stored";
   }
-  return fmt::format("{} ({} kernels)", quantization_name(engine.options().quantization),
-                     ops::int8_kernel_name());
+  return fmt::format("{} ({} kernels{})", quantization_name(engine.options().quantization),
+                     ops::int8_kernel_name(),
+                     engine.model().repacked_weights() ? ", repacked into GEMM panels" : "");
 }
 
 void print_engine_summary(const LLMEngine& engine) {

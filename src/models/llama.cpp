@@ -159,7 +159,8 @@ class LlamaModel final : public CausalLM {
   void lm_head(int64_t rows, float* logits);
   void load(const LlamaVariant& variant);
   // A linear layer's matrix as the kernels will read it: int8 with
-  // --quantization int8, else packed bf16 where that is native, else as is.
+  // --quantization int8, else bf16 or f32 as stored; int8 and bf16 packed
+  // into panels (ops/packed.h) where that kernel is native, unless --no-repack.
   ops::Matrix prepared(const ops::Matrix& m, bool source_still_used);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
                  void* k_cache, void* v_cache, const ops::KVLayout& layout, int64_t tokens);
@@ -230,9 +231,13 @@ void LlamaModel::load(const LlamaVariant& variant) {
 }
 
 ops::Matrix LlamaModel::prepared(const ops::Matrix& m, bool source_still_used) {
-  if (quantization_ == Quantization::Int8) return weights_.quantize_int8(m, source_still_used);
+  if (quantization_ == Quantization::Int8) {
+    const ops::Matrix q = weights_.quantize_int8(m, source_still_used);
+    if (repack_ && q.cols % 4 == 0 && ops::packed_i8_is_native()) return weights_.repack(q, false);
+    return q;
+  }
   if (repack_ && m.dtype == DType::BF16 && m.cols % 2 == 0 && ops::packed_bf16_is_native()) {
-    return weights_.repack_bf16(m, source_still_used);
+    return weights_.repack(m, source_still_used);
   }
   return m;
 }

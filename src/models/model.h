@@ -80,7 +80,8 @@ class CausalLM {
   // Bytes of weights copied or converted at load (the rest are used in
   // place from the checkpoint mapping).
   virtual size_t owned_weight_bytes() const { return 0; }
-  // Whether bf16 matrices were repacked into GEMM panels at load.
+  // Whether the linear matrices (bf16 or int8) were repacked into GEMM
+  // panels at load (ops/packed.h).
   virtual bool repacked_weights() const { return false; }
 };
 

@@ -26,9 +26,24 @@ Quantization parse_quantization(std::string_view name) {
   throw_input_error("unknown quantization '{}' (choose none or int8)", name);
 }
 
-size_t int8_matrix_bytes(int64_t rows, int64_t cols) {
+size_t int8_matrix_bytes(int64_t rows, int64_t cols, bool packed) {
   const auto r = static_cast<size_t>(rows), c = static_cast<size_t>(cols);
-  return align64(r * c) + align64(r * sizeof(float)) + r * sizeof(int32_t);
+  const size_t values = packed ? ops::packed_bytes(rows, cols, DType::I8) : r * c;
+  return align64(values) + align64(r * sizeof(float)) + r * sizeof(int32_t);
+}
+
+ops::Matrix repack_int8(const ops::Matrix& q, void* out) {
+  const size_t values = align64(ops::packed_bytes(q.rows, q.cols, DType::I8));
+  auto* base = static_cast<uint8_t*>(out);
+  auto* scales = reinterpret_cast<float*>(base + values);
+  auto* sums = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(scales) +
+                                          align64(static_cast<size_t>(q.rows) * sizeof(float)));
+  std::copy(q.scales, q.scales + q.rows, scales);
+  std::copy(q.row_sums, q.row_sums + q.rows, sums);
+  ops::Matrix packed = ops::pack_matrix(q, out);
+  packed.scales = scales;
+  packed.row_sums = sums;
+  return packed;
 }
 
 ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out) {
@@ -70,7 +85,8 @@ ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out) {
 }
 
 int64_t matrix_bytes(const ops::Matrix& m) {
-  if (m.dtype == DType::I8) return static_cast<int64_t>(int8_matrix_bytes(m.rows, m.cols));
+  if (m.dtype == DType::I8)
+    return static_cast<int64_t>(int8_matrix_bytes(m.rows, m.cols, m.packed));
   if (m.packed) return static_cast<int64_t>(ops::packed_bf16_bytes(m.rows, m.cols));
   return m.rows * m.cols * static_cast<int64_t>(dtype_size(m.dtype));
 }

@@ -30,12 +30,17 @@ Quantization parse_quantization(std::string_view name);
 
 // Bytes an int8 copy of a [rows, cols] matrix takes: the int8 values, then
 // the per-row f32 scales and int32 row sums (each 64-byte aligned).
-size_t int8_matrix_bytes(int64_t rows, int64_t cols);
+// Packed (ops/packed.h): the values as panels of 64 rows.
+size_t int8_matrix_bytes(int64_t rows, int64_t cols, bool packed = false);
 
 // Quantizes an F32 or BF16 matrix into `out` (int8_matrix_bytes bytes, at
 // least 4-byte aligned; 64 keeps every vector load within a cache line) and returns the I8 matrix
 // that views it. Rows are quantized in parallel with ops::quantize_rows_i8's rounding.
 ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out);
+
+// The int8 matrix q in panels (ops/packed.h) in `out` (int8_matrix_bytes(
+// rows, cols, true), 64-byte aligned), its scales and row sums copied along.
+ops::Matrix repack_int8(const ops::Matrix& q, void* out);
 
 // Bytes a matrix occupies in memory, scales and row sums included.
 int64_t matrix_bytes(const ops::Matrix& m);

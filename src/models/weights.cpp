@@ -161,12 +161,15 @@ ops::Matrix WeightStore::quantize_int8(const ops::Matrix& source, bool source_st
   return q;
 }
 
-ops::Matrix WeightStore::repack_bf16(const ops::Matrix& source, bool source_still_used) {
-  const size_t bytes = ops::packed_bf16_bytes(source.rows, source.cols);
+ops::Matrix WeightStore::repack(const ops::Matrix& source, bool source_still_used) {
+  const size_t bytes = source.dtype == DType::I8
+                           ? int8_matrix_bytes(source.rows, source.cols, true)
+                           : ops::packed_bytes(source.rows, source.cols, source.dtype);
   void* out = own_aligned(bytes);
   populate_pages(source.data, static_cast<size_t>(matrix_bytes(source)), false);
   populate_pages(out, bytes, true);
-  const ops::Matrix packed = ops::pack_bf16(source, out);
+  const ops::Matrix packed =
+      source.dtype == DType::I8 ? repack_int8(source, out) : ops::pack_matrix(source, out);
   drop(source, source_still_used);
   return packed;
 }

@@ -40,10 +40,10 @@ class WeightStore {
   // embedding), checkpoint pages are released (a later read of them, such
   // as an embedding row, faults just those pages back in).
   ops::Matrix quantize_int8(const ops::Matrix& source, bool source_still_used);
-  // A packed copy (ops/packed.h) of a row-major BF16 matrix this store
-  // returned (even cols), the source dropped as by quantize_int8: the
-  // packed panels replace the mapped weights, they do not add to them.
-  ops::Matrix repack_bf16(const ops::Matrix& source, bool source_still_used);
+  // A packed copy (ops/packed.h) of a row-major BF16 or I8 matrix this
+  // store returned, the source dropped as by quantize_int8: the packed
+  // panels replace the mapped (or int8) weights, they do not add to them.
+  ops::Matrix repack(const ops::Matrix& source, bool source_still_used);
   // A 1-D tensor of n values as f32.
   const float* vector(const std::string& name, int64_t n);
   // Elements [begin, begin + count) of a 1-D tensor of n values, as f32.

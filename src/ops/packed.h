@@ -12,7 +12,10 @@
 // for decode. Each output is one accumulator chain over the pairs in order,
 // whatever the batch or thread split, so rows stay batch-invariant.
 //
-// Rows past `rows` in the last panel are zero. cols must be even.
+// int8 weights (ops/quant.h) pack the same way with 4 inputs per 32-bit
+// word ([cols / 4][kPackedCols][4], for vpdpbusd); their scales and row
+// sums stay per row. Rows past `rows` in the last panel are zero; cols
+// must be a multiple of the inputs per word.
 #pragma once
 
 #include <cstddef>
@@ -26,24 +29,35 @@ constexpr int64_t kPackedCols = 64;
 
 inline int64_t packed_panels(int64_t rows) { return (rows + kPackedCols - 1) / kPackedCols; }
 
+// Inputs per 32-bit word of a panel: 2 bf16 or 4 int8.
+inline int64_t packed_per_word(DType dtype) { return dtype == DType::I8 ? 4 : 2; }
+
+// Bytes of the packed weights (int8: without scales and row sums).
+inline size_t packed_bytes(int64_t rows, int64_t cols, DType dtype) {
+  return static_cast<size_t>(packed_panels(rows) * kPackedCols * cols *
+                             (4 / packed_per_word(dtype)));
+}
 inline size_t packed_bf16_bytes(int64_t rows, int64_t cols) {
-  return static_cast<size_t>(packed_panels(rows) * kPackedCols * cols) * 2;
+  return packed_bytes(rows, cols, DType::BF16);
 }
 
-// Index (in bf16 elements) of weight [row, col] in a packed matrix.
-inline int64_t packed_index(int64_t row, int64_t col, int64_t cols) {
-  return ((row / kPackedCols * (cols / 2) + col / 2) * kPackedCols + row % kPackedCols) * 2 +
-         col % 2;
+// Index (in elements) of weight [row, col] in a packed matrix.
+inline int64_t packed_index(int64_t row, int64_t col, int64_t cols, DType dtype = DType::BF16) {
+  const int64_t per = packed_per_word(dtype);
+  return ((row / kPackedCols * (cols / per) + col / per) * kPackedCols + row % kPackedCols) * per +
+         col % per;
 }
 
 // Whether the selected ISA has a kernel for packed bf16 weights (the model
 // loader packs only then: other ISAs read packed weights through a slow
 // portable loop, correct but not worth it).
 bool packed_bf16_is_native();
+// The same for packed int8 weights (the VNNI kernel).
+bool packed_i8_is_native();
 
-// Packs a row-major BF16 matrix with an even number of cols into `out`
-// (packed_bf16_bytes, 64-byte aligned), in parallel; returns the packed
-// Matrix viewing `out`.
-Matrix pack_bf16(const Matrix& src, void* out);
+// Packs a row-major BF16 (even cols) or I8 (cols a multiple of 4) matrix
+// into `out` (packed_bytes, 64-byte aligned), in parallel; returns the
+// packed Matrix viewing `out` (an I8 one keeps src's scales and row sums).
+Matrix pack_matrix(const Matrix& src, void* out);
 
 }  // namespace pagoda::ops

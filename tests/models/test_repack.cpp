@@ -44,6 +44,17 @@ TEST(RepackedModel, LogitsMatchTheInPlaceModel) {
   EXPECT_LE(err, 5e-3);
 }
 
+TEST(RepackedModel, Int8PanelsGiveTheSameLogitsBitForBit) {
+  // Packed int8 weights compute the same exact integer dots as row-major
+  // ones: the logits are identical, not merely close.
+  TempDir tmp;
+  const std::string dir = tiny_checkpoint(tmp, "--arch qwen3 --dtype bf16 --tied --seed 9");
+  auto in_place = load_model(dir, parallel::single_process(), {Quantization::Int8, false});
+  auto packed = load_model(dir, parallel::single_process(), {Quantization::Int8, true});
+  EXPECT_EQ(packed->repacked_weights(), ops::packed_i8_is_native());
+  EXPECT_EQ(test::worst_logit_error(*in_place, *packed), 0.0);
+}
+
 TEST(RepackedModel, OnlyThePanelsStayResident) {
   // An untied bf16 model: after repacking, the checkpoint pages of every
   // linear layer and the LM head are dropped; what stays mapped is the

@@ -1,5 +1,5 @@
-// Packed bf16 weights (ops/packed.h): the layout itself, linear over it on
-// every supported ISA (native vdpbf16ps kernel or the portable loop)
+// Packed bf16 and int8 weights (ops/packed.h): the layout itself, linear over
+// it on every supported ISA (native vdpbf16ps / vpdpbusd kernel or the portable loop)
 // against the reference on the row-major source, batch invariance, and
 // the other readers of a packed matrix (linear_multi, embedding).
 #include <gtest/gtest.h>
@@ -28,7 +28,7 @@ struct PackedPair {
       : row_major(to_bf16(random_vec(n * k, rng))),
         panels(packed_bf16_bytes(n, k) / 2, 0xFFFF),  // pad must be overwritten with zeros
         source{row_major.data(), DType::BF16, n, k} {
-    packed = pack_bf16(source, panels.data());
+    packed = pack_matrix(source, panels.data());
   }
 };
 
@@ -60,9 +60,9 @@ TEST(PackBf16, EveryWeightLandsWhereTheLayoutSaysAndPadRowsAreZero) {
 
 TEST(PackBf16, RefusesOddColsAndOtherDtypes) {
   std::vector<uint16_t> data(3 * 5), out(packed_bf16_bytes(3, 6) / 2);
-  EXPECT_THROW(pack_bf16(Matrix{data.data(), DType::BF16, 3, 5}, out.data()), InternalError);
+  EXPECT_THROW(pack_matrix(Matrix{data.data(), DType::BF16, 3, 5}, out.data()), InternalError);
   std::vector<float> f(3 * 6);
-  EXPECT_THROW(pack_bf16(Matrix{f.data(), DType::F32, 3, 6}, out.data()), InternalError);
+  EXPECT_THROW(pack_matrix(Matrix{f.data(), DType::F32, 3, 6}, out.data()), InternalError);
 }
 
 class LinearPacked : public IsaTest {};
@@ -163,6 +163,42 @@ TEST_P(LinearPacked, EmbeddingOfAPackedTableEqualsTheRowMajorOne) {
   embedding(ids, 5, table.packed, got.data());
   ref::embedding(ids, 5, table.source, want.data());
   EXPECT_EQ(got, want);
+}
+
+TEST_P(LinearPacked, Int8PanelsEqualRowMajorInt8BitForBit) {
+  // Packed int8 (4 inputs per word, for vpdpbusd) computes the same exact
+  // integer dots and the same epilogue as the row-major int8 kernel.
+  std::mt19937 rng(26);
+  std::uniform_int_distribution<int> byte(-127, 127);
+  for (int64_t k : {4, 64, 1028}) {
+    for (int64_t n : {1, 63, 64, 65, 130}) {
+      std::vector<int8_t> q(n * k);
+      for (auto& v : q) v = static_cast<int8_t>(byte(rng));
+      const auto scales = random_vec(n, rng, 0.01f);
+      std::vector<int32_t> sums(n, 0);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < k; ++c) sums[r] += q[r * k + c];
+      }
+      const Matrix row_major{q.data(), DType::I8, n, k, scales.data(), sums.data()};
+      std::vector<int8_t> panels(packed_bytes(n, k, DType::I8), 0x55);
+      const Matrix packed = pack_matrix(row_major, panels.data());
+      ASSERT_TRUE(packed.packed);
+      for (int64_t r = 0; r < n; r += 7) {
+        for (int64_t c = 0; c < k; ++c) {
+          ASSERT_EQ(panels[packed_index(r, c, k, DType::I8)], q[r * k + c]) << r << "," << c;
+        }
+      }
+      const auto bias = random_vec(n, rng);
+      for (int64_t m : {1, 5, 6, 7, 13}) {
+        const auto x = random_vec(m * k, rng);
+        const int64_t ldy = n + 2;
+        std::vector<float> got(m * ldy, -7.0f), want(m * ldy, -7.0f);
+        linear(x.data(), m, packed, bias.data(), got.data(), ldy);
+        linear(x.data(), m, row_major, bias.data(), want.data(), ldy);
+        EXPECT_EQ(got, want) << "k=" << k << " n=" << n << " m=" << m;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSupported, LinearPacked, ::testing::ValuesIn(supported_isas()),

@@ -54,10 +54,10 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
     PAGODA_CHECK(w.cols == k, "linear_multi: output {} has {} cols, x has {}", i, w.cols, k);
     PAGODA_CHECK(outs[i].ldy == 0 || outs[i].ldy >= w.rows, "linear: output stride {} < {} rows",
                  outs[i].ldy, w.rows);
-    PAGODA_CHECK(!w.packed || (w.dtype == DType::BF16 && k % 2 == 0),
+    PAGODA_CHECK(!w.packed || w.dtype == DType::I8 || (w.dtype == DType::BF16 && k % 2 == 0),
                  "linear: packed {} weights with {} cols", dtype_name(w.dtype), k);
     all_bf16 = all_bf16 && w.dtype == DType::BF16;
-    any_packed = any_packed || w.packed;
+    any_packed = any_packed || (w.packed && w.dtype == DType::BF16);
   }
   for (int i = 0; i < count; ++i) {  // int8 weights quantize x themselves
     const LinearOutput& o = outs[i];
@@ -90,7 +90,7 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
       const LinearOutput& o = outs[i];
       const int64_t n = o.w->rows, ldy = o.ldy ? o.ldy : n;
       const int64_t u_lo = lo - unit_begin[i], u_hi = hi - unit_begin[i];
-      if (o.w->packed) {
+      if (o.w->packed) {  // bf16: I8 outputs own no units
         const auto* w = static_cast<const uint16_t*>(o.w->data);
         if (packed_native) {
           kt.linear_bf16_packed(xb, m, w, k, n, ldy, o.bias, o.y, u_lo, u_hi);

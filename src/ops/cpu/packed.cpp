@@ -8,34 +8,39 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/quant_kernels.h"
 
 namespace pagoda::ops {
 
 bool packed_bf16_is_native() { return cpu::active_kernels().linear_bf16_packed != nullptr; }
+bool packed_i8_is_native() { return cpu::active_quant_kernels().linear_i8_packed != nullptr; }
 
-Matrix pack_bf16(const Matrix& src, void* out) {
-  PAGODA_CHECK(src.dtype == DType::BF16 && !src.packed, "pack_bf16: {} weights{}",
-               dtype_name(src.dtype), src.packed ? " (already packed)" : "");
-  PAGODA_CHECK(src.cols % 2 == 0, "pack_bf16: odd number of cols {}", src.cols);
-  // A pair of bf16 inputs is one 32-bit word in both layouts.
-  const int64_t pairs = src.cols / 2;
+Matrix pack_matrix(const Matrix& src, void* out) {
+  PAGODA_CHECK((src.dtype == DType::BF16 || src.dtype == DType::I8) && !src.packed,
+               "pack_matrix: {} weights{}", dtype_name(src.dtype),
+               src.packed ? " (already packed)" : "");
+  const int64_t per_word = packed_per_word(src.dtype);
+  PAGODA_CHECK(src.cols % per_word == 0, "pack_matrix: {} cols of {} (not a multiple of {})",
+               src.cols, dtype_name(src.dtype), per_word);
+  // A word (2 bf16 or 4 int8 inputs) is the unit in both layouts.
+  const int64_t words_per_row = src.cols / per_word;
   const auto* in = static_cast<const uint32_t*>(src.data);
   auto* words = static_cast<uint32_t*>(out);
   const bool native = packed_bf16_is_native();
   parallel_for(packed_panels(src.rows), 1, [&](int64_t p0, int64_t p1) {
     for (int64_t panel = p0; panel < p1; ++panel) {
-      uint32_t* dst = words + panel * pairs * kPackedCols;
+      uint32_t* dst = words + panel * words_per_row * kPackedCols;
       const int64_t row0 = panel * kPackedCols;
       const int64_t count = std::min(kPackedCols, src.rows - row0);
       if (native) {
-        cpu::avx512bf16_impl::pack_panel(in + row0 * pairs, count, pairs, dst);
+        cpu::avx512bf16_impl::pack_panel(in + row0 * words_per_row, count, words_per_row, dst);
         continue;
       }
       // memcpy: a checkpoint's bf16 tensor may be only 2-byte aligned.
-      for (int64_t p = 0; p < pairs; ++p) {
+      for (int64_t p = 0; p < words_per_row; ++p) {
         for (int64_t c = 0; c < kPackedCols; ++c) {
           uint32_t word = 0;
-          if (c < count) std::memcpy(&word, in + (row0 + c) * pairs + p, sizeof word);
+          if (c < count) std::memcpy(&word, in + (row0 + c) * words_per_row + p, sizeof word);
           dst[p * kPackedCols + c] = word;
         }
       }
@@ -51,16 +56,16 @@ namespace cpu {
 
 void linear_packed_portable(const float* x, int64_t m, const Matrix& w, int64_t ldy,
                             const float* bias, float* y, int64_t p0, int64_t p1) {
-  const int64_t k = w.cols, pairs = k / 2;
+  const int64_t k = w.cols, words_per_row = k / 2;
   const auto* words = static_cast<const uint16_t*>(w.data);
   for (int64_t panel = p0; panel < p1; ++panel) {
-    const uint16_t* base = words + panel * pairs * kPackedCols * 2;
+    const uint16_t* base = words + panel * words_per_row * kPackedCols * 2;
     const int64_t c0 = panel * kPackedCols;
     const int64_t cols = w.rows - c0 < kPackedCols ? w.rows - c0 : kPackedCols;
     for (int64_t r = 0; r < m; ++r) {
       float acc[kPackedCols] = {};
       const float* xr = x + r * k;
-      for (int64_t p = 0; p < pairs; ++p) {
+      for (int64_t p = 0; p < words_per_row; ++p) {
         const uint16_t* pair_row = base + p * kPackedCols * 2;
         for (int64_t c = 0; c < kPackedCols; ++c) {
           acc[c] += xr[2 * p] * bf16_to_f32(pair_row[2 * c]) +

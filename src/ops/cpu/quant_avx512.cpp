@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "ops/cpu/quant_kernels.h"
 
@@ -109,6 +110,72 @@ PAGODA_QTARGET inline void quantize_row(const float* x, int64_t k, float inv, in
   }
 }
 
+// ---- Packed weights (ops/packed.h) ---------------------------------------
+constexpr int kPanelCols = 64, kPanelVectors = 4, kPanelRows = 6;  // 24 int32 accumulators
+
+// dots[r][c] = exact x row r . weight column c of one panel, for R rows:
+// per input quad, the panel's 4 vectors times each row's broadcast quad.
+template <int R>
+PAGODA_QTARGET inline void panel_dots(const int8_t* x, int64_t k, const int8_t* panel,
+                                      int32_t (*dots)[kPanelCols]) {
+  __m512i acc[R][kPanelVectors];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kPanelVectors; ++v) acc[r][v] = _mm512_setzero_si512();
+  }
+  const int8_t* b = panel;
+  for (int64_t i = 0; i < k; i += 4, b += 4 * kPanelCols) {
+    __m512i w[kPanelVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kPanelVectors; ++v) w[v] = _mm512_loadu_si512(b + 64 * v);
+    if constexpr (R == 1) __builtin_prefetch(b + 8 * 4 * kPanelCols, 0, 0);  // decode stream
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      uint32_t quad;
+      std::memcpy(&quad, x + r * k + i, sizeof quad);
+      const __m512i a = _mm512_set1_epi32(static_cast<int32_t>(quad ^ 0x80808080u));  // x + 128
+#pragma GCC unroll 4
+      for (int v = 0; v < kPanelVectors; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], a, w[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kPanelVectors; ++v) _mm512_storeu_si512(dots[r] + 16 * v, acc[r][v]);
+  }
+}
+
+// panel_dots<rows> for a runtime rows in [1, R].
+template <int R>
+PAGODA_QTARGET inline void panel_dots_upto(int64_t rows, const int8_t* x, int64_t k,
+                                           const int8_t* panel, int32_t (*dots)[kPanelCols]) {
+  if (rows == R) return panel_dots<R>(x, k, panel, dots);
+  if constexpr (R > 1) panel_dots_upto<R - 1>(rows, x, k, panel, dots);
+}
+
+PAGODA_QTARGET void linear_i8_packed(const int8_t* qx, const float* x_scales, int64_t m,
+                                     const int8_t* w, const float* w_scales,
+                                     const int32_t* row_sums, int64_t k, int64_t n, int64_t ldy,
+                                     const float* bias, float* y, int64_t p0, int64_t p1) {
+  int32_t dots[kPanelRows][kPanelCols];
+  for (int64_t p = p0; p < p1; ++p) {
+    const int8_t* panel = w + p * k * kPanelCols;
+    const int64_t c0 = p * kPanelCols, cols = n - c0 < kPanelCols ? n - c0 : kPanelCols;
+    for (int64_t r0 = 0; r0 < m; r0 += kPanelRows) {
+      const int64_t rows = m - r0 < kPanelRows ? m - r0 : kPanelRows;
+      panel_dots_upto<kPanelRows>(rows, qx + r0 * k, k, panel, dots);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          y[(r0 + r) * ldy + c0 + c] =
+              cpu::dequantize(dots[r][c] - 128 * row_sums[c0 + c], x_scales[r0 + r],
+                              w_scales[c0 + c], bias ? bias + c0 + c : nullptr);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace pagoda::ops::quant_avx512
 
 #include "ops/cpu/quant_impl.h"
@@ -118,7 +185,7 @@ const QuantKernelTable* avx512_vnni_quant_kernels() {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return nullptr;
   static const QuantKernelTable table{"avx512-vnni", quant_avx512::quantize_rows,
-                                      quant_avx512::linear_i8};
+                                      quant_avx512::linear_i8, quant_avx512::linear_i8_packed};
   return &table;
 }
 }  // namespace pagoda::ops::cpu

@@ -21,6 +21,14 @@ struct QuantKernelTable {
   void (*linear_i8)(const int8_t* qx, const float* x_scales, int64_t m, const int8_t* w,
                     const float* w_scales, const int32_t* row_sums, int64_t k, int64_t ldy,
                     const float* bias, float* y, int64_t n0, int64_t n1);
+  // The same over packed weights (ops/packed.h: panels of 64 rows, 4 inputs
+  // per word, k a multiple of 4): the columns of panels [p0, p1), those >= n
+  // not stored. Bit-identical to linear_i8 (exact integers, same epilogue).
+  // Null where the ISA has no native kernel (a portable loop runs then).
+  void (*linear_i8_packed)(const int8_t* qx, const float* x_scales, int64_t m, const int8_t* w,
+                           const float* w_scales, const int32_t* row_sums, int64_t k, int64_t n,
+                           int64_t ldy, const float* bias, float* y, int64_t p0,
+                           int64_t p1) = nullptr;
 };
 
 const QuantKernelTable& scalar_quant_kernels();

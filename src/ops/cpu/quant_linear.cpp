@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/quant_kernels.h"
+#include "ops/packed.h"
 #include "ops/quant.h"
 
 namespace pagoda::ops {
@@ -23,6 +24,21 @@ void check_i8(const Matrix& w) {
                dtype_name(w.dtype));
   PAGODA_CHECK(w.cols <= kMaxInt8Cols, "linear: I8 rows of {} values (at most {})", w.cols,
                kMaxInt8Cols);
+}
+
+// linear_i8_quantized over packed weights without a native kernel: the
+// same exact integer dots and epilogue, read through packed_index.
+void packed_i8_portable(const int8_t* qx, const float* x_scales, int64_t m, const Matrix& w,
+                        int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1) {
+  const auto* wq = static_cast<const int8_t*>(w.data);
+  const int64_t k = w.cols;
+  for (int64_t c = p0 * kPackedCols; c < std::min(w.rows, p1 * kPackedCols); ++c) {
+    for (int64_t r = 0; r < m; ++r) {
+      int32_t dot = 0;
+      for (int64_t i = 0; i < k; ++i) dot += qx[r * k + i] * wq[packed_index(c, i, k, DType::I8)];
+      y[r * ldy + c] = cpu::dequantize(dot, x_scales[r], w.scales[c], bias ? bias + c : nullptr);
+    }
+  }
 }
 
 }  // namespace
@@ -45,12 +61,21 @@ void linear_i8_quantized(const int8_t* qx, const float* x_scales, int64_t m, con
   const cpu::QuantKernelTable& kt = cpu::active_quant_kernels();
   const int64_t n = w.rows, k = w.cols;
   const auto* wq = static_cast<const int8_t*>(w.data);
-  const int64_t units = (n + kColumnUnit - 1) / kColumnUnit;
+  PAGODA_CHECK(!w.packed || k % 4 == 0, "linear: packed I8 rows of {} values", k);
+  // A unit: kColumnUnit columns, or one panel of packed weights.
+  const int64_t unit = w.packed ? kPackedCols : kColumnUnit;
+  const int64_t units = (n + unit - 1) / unit;
   // A unit is worth a thread when it carries ~64K multiply-adds.
-  const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kColumnUnit * k * m));
+  const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, unit * k * m));
   parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
-    const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
-    kt.linear_i8(qx, x_scales, m, wq, w.scales, w.row_sums, k, ldy, bias, y, n0, n1);
+    if (!w.packed) {
+      const int64_t n0 = u0 * kColumnUnit, n1 = std::min(n, u1 * kColumnUnit);
+      kt.linear_i8(qx, x_scales, m, wq, w.scales, w.row_sums, k, ldy, bias, y, n0, n1);
+    } else if (kt.linear_i8_packed) {
+      kt.linear_i8_packed(qx, x_scales, m, wq, w.scales, w.row_sums, k, n, ldy, bias, y, u0, u1);
+    } else {
+      packed_i8_portable(qx, x_scales, m, w, ldy, bias, y, u0, u1);
+    }
   });
 }
 
