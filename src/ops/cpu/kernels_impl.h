@@ -359,6 +359,32 @@ PAGODA_TARGET void silu_mul_rows(const float* gate_up, int64_t inter, float* out
   }
 }
 
+// Keys ahead of the current chunk whose K/V rows the kernel asks for. Blocks
+// lie anywhere in the pool and a chunk is one run inside a block (4 KiB per
+// kv head at 16 keys x 128 bf16), so the hardware prefetcher, which stops at
+// page boundaries, cannot run ahead across them: without this, long-context
+// decode waits on memory latency at every chunk (13 GB/s of KV instead of
+// ~25 at 8k context, bench/attention_bench.cpp).
+constexpr int64_t kPrefetchKeys = 4 * kKeyChunk;
+
+// Prefetches (into L2) the K and V rows of the chunk that starts at key t,
+// up to its block's end, if t <= last.
+template <typename KV>
+PAGODA_TARGET inline __attribute__((always_inline)) void prefetch_chunk(const cpu::AttentionTile& a,
+                                                                        int64_t t, int64_t last) {
+  if (t > last) return;
+  const int64_t offset = t % a.block_size;
+  int64_t rows = a.block_size - offset < kKeyChunk ? a.block_size - offset : kKeyChunk;
+  if (rows > last - t + 1) rows = last - t + 1;
+  const int64_t first =
+      int64_t{a.block_table[t / a.block_size]} * a.block_stride + offset * a.head_dim;
+  const auto* k = reinterpret_cast<const char*>(static_cast<const KV*>(a.k_head) + first);
+  const auto* v = reinterpret_cast<const char*>(static_cast<const KV*>(a.v_head) + first);
+  const int64_t bytes = rows * a.head_dim * int64_t{sizeof(KV)};
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(k + i, 0, 1);
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(v + i, 0, 1);
+}
+
 template <typename KV>
 PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   const int hd = a.head_dim, bs = a.block_size, nq = a.rows * a.heads;
@@ -374,6 +400,10 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   };
   const int64_t last_tile_key = a.last_key + a.rows - 1;
   ActiveQueries act;
+  // The first chunks' rows: from then on each chunk asks for a later one.
+  for (int64_t t = first_key(a.last_key) + kKeyChunk; t < first_key(a.last_key) + kPrefetchKeys;
+       t += kKeyChunk)
+    prefetch_chunk<KV>(a, t, last_tile_key);
   for (int64_t t = first_key(a.last_key); t <= last_tile_key;) {
     const int64_t offset = t % bs;
     const int64_t cell = offset / kKeyChunk * kKeyChunk;  // the grid cell of t
@@ -384,7 +414,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
     const int64_t rows0 = int64_t{a.block_table[t / bs]} * a.block_stride + offset * hd;
     const KV* k0 = static_cast<const KV*>(a.k_head) + rows0;
     const KV* v0 = static_cast<const KV*>(a.v_head) + rows0;
-
+    prefetch_chunk<KV>(a, t + kPrefetchKeys, last_tile_key);
     act.count = 0;
     for (int r = 0; r < a.rows; ++r) {
       const int64_t last = a.last_key + r, first = first_key(last);
