@@ -1,8 +1,10 @@
 // `pagoda bench latency`: prefill and decode speed of a batch of B
 // identical-length synthetic requests (median of --repeats runs), next to
 // the machine's roofline measured in the same run: a decode step cannot be
-// faster than its bytes (weights + KV read) over the read bandwidth, a
+// faster than its bytes (weights + KV read) over the read bandwidth nor
+// than its FLOPs over the linears' peak (the bound of a large batch), a
 // prefill token not faster than its FLOPs over the peak.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "engine/llm_engine.h"
+#include "ops/ops.h"
 
 namespace pagoda::cli {
 
@@ -67,14 +70,32 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   return r;
 }
 
-// FLOPs of one prompt token: every layer matrix once (2 per weight), the
-// causal attention over the prompt on average, the LM head once per prompt.
-double prefill_flops_per_token(const ModelConfig& c, int input_len) {
+// FLOPs of one token through the model: every layer matrix once (2 per
+// weight) and attention over `keys` keys per layer (q.k and p.v, 2 FLOPs
+// each per q element), plus `lm_head_rows` rows of the LM head.
+double token_flops(const ModelConfig& c, double keys, double lm_head_rows) {
   const double h = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
   const double q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
   const double layer_weights = h * (q + 2 * kv) + q * h + 3 * h * inter;
-  const double attention = 4 * q * (input_len + 1) / 2.0;
-  return c.num_hidden_layers * (2 * layer_weights + attention) + 2.0 * c.vocab_size * h / input_len;
+  return c.num_hidden_layers * (2 * layer_weights + 4 * q * keys) +
+         2.0 * c.vocab_size * h * lm_head_rows;
+}
+
+// A prompt token sees (input_len + 1) / 2 keys on average; the LM head runs
+// once per prompt.
+double prefill_flops_per_token(const ModelConfig& c, int input_len) {
+  return token_flops(c, (input_len + 1) / 2.0, 1.0 / input_len);
+}
+
+// The peak the linears of these weights run at: int8 dot products for
+// --quantization int8, bf16 ones for bf16 weights on CPUs with avx512_bf16
+// (the other ISAs widen them to f32), else f32 FMAs.
+double linear_peak_gflops(const ops::Roofline& roof, const LLMEngine& engine,
+                          Quantization quantization) {
+  if (quantization == Quantization::Int8) return roof.int8_gops;
+  const bool bf16_dot =
+      engine.model().weight_dtype() == DType::BF16 && ops::current_isa() == ops::Isa::Avx512Bf16;
+  return bf16_dot ? roof.bf16_gflops : roof.fp32_gflops;
 }
 
 int run_latency(LatencyArgs& a) {
@@ -123,6 +144,9 @@ int run_latency(LatencyArgs& a) {
                                     static_cast<double>(dtype_size(engine.kv_cache_dtype()));
   const double mean_context = a.input_len + a.output_len / 2.0;
   const double step_bytes = weight_bytes + a.batch * mean_context * kv_bytes_per_token;
+  // ...and its FLOPs: a batched step (B rows through every matrix) is bound
+  // by arithmetic rather than by bytes once B is large.
+  const double step_flops = a.batch * token_flops(c, mean_context, 1.0);
   const double flops_per_token = prefill_flops_per_token(c, a.input_len);
   nlohmann::json j = {{"model", a.model},
                       {"batch", a.batch},
@@ -137,6 +161,7 @@ int run_latency(LatencyArgs& a) {
                       {"decode_ms_per_step", if_decoded(med_step_ms)},
                       {"weight_bytes_per_step", weight_bytes},
                       {"decode_bytes_per_step", step_bytes},
+                      {"decode_flops_per_step", step_flops},
                       {"prefill_flops_per_token", flops_per_token},
                       {"kv_cache_bytes", engine.kv_cache_bytes()},
                       {"kv_cache_dtype", std::string(kv_dtype_label(engine.kv_cache_dtype()))},
@@ -144,13 +169,21 @@ int run_latency(LatencyArgs& a) {
                       {"rss_bytes", current_rss_bytes()},
                       {"prefill_tokens_per_s_runs", prefill_tps},
                       {"decode_tokens_per_s_runs", decode_tps}};
-  double decode_roof_ms = 0, prefill_roof_bf16 = 0, prefill_roof_fp32 = 0;
+  // The decode roofline is the larger of the step's time at the read
+  // bandwidth and its time at the linears' peak.
+  double decode_roof_ms = 0, decode_memory_ms = 0, decode_compute_ms = 0;
+  double prefill_roof_bf16 = 0, prefill_roof_fp32 = 0;
   if (!a.no_roofline) {
-    decode_roof_ms = step_bytes / (roof.read_gb_per_s * 1e9) * 1e3;
+    decode_memory_ms = step_bytes / (roof.read_gb_per_s * 1e9) * 1e3;
+    decode_compute_ms =
+        step_flops / (linear_peak_gflops(roof, engine, a.engine.quantization) * 1e9) * 1e3;
+    decode_roof_ms = std::max(decode_memory_ms, decode_compute_ms);
     prefill_roof_bf16 = roof.bf16_gflops * 1e9 / flops_per_token;
     prefill_roof_fp32 = roof.fp32_gflops * 1e9 / flops_per_token;
     j["roofline"] = roofline_json(roof);
     j["decode_roofline_ms_per_step"] = decode_roof_ms;
+    j["decode_bandwidth_ms_per_step"] = decode_memory_ms;
+    j["decode_compute_ms_per_step"] = decode_compute_ms;
     j["decode_fraction_of_roofline"] =
         if_decoded(med_step_ms > 0 ? decode_roof_ms / med_step_ms : 0);
     j["prefill_roofline_tokens_per_s_bf16"] = prefill_roof_bf16;
@@ -169,8 +202,8 @@ int run_latency(LatencyArgs& a) {
   std::printf("weights: %s, %.1f MB read per decode step\n", weights_summary(engine).c_str(),
               weight_bytes * 1e-6);
   if (decoded) {
-    std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
-                step_bytes * 1e-6);
+    std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB, %.1f GFLOP/step)\n", med_decode,
+                med_step_ms, step_bytes * 1e-6, step_flops * 1e-9);
   } else {
     std::printf("decode:  not measured (no decode step with --output-len 1)\n");
   }
@@ -178,8 +211,12 @@ int run_latency(LatencyArgs& a) {
     std::printf("roofline: read %.1f GB/s, fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s, int8 %.0f GOP/s\n",
                 roof.read_gb_per_s, roof.fp32_gflops, roof.bf16_gflops, roof.int8_gops);
     if (decoded) {
-      std::printf("decode at %.1f%% of the bandwidth roofline (%.2f ms/step)\n",
-                  100 * decode_roof_ms / med_step_ms, decode_roof_ms);
+      std::printf(
+          "decode at %.1f%% of the roofline (%.2f ms/step: %s-bound; bytes at the read bandwidth "
+          "%.2f ms, FLOPs at the linears' peak %.2f ms)\n",
+          100 * decode_roof_ms / med_step_ms, decode_roof_ms,
+          decode_memory_ms >= decode_compute_ms ? "bandwidth" : "compute", decode_memory_ms,
+          decode_compute_ms);
     }
     std::printf("prefill at %.1f%% of bf16 peak (%.0f tokens/s), %.1f%% of fp32 peak\n",
                 100 * med_prefill / prefill_roof_bf16, prefill_roof_bf16,
