@@ -1,5 +1,5 @@
 // Micro-benchmark of ops::linear: GFLOP/s per ISA for decode (m = 1) and a
-// prefill-sized batch (m = 64, 512), f32 and bf16 weights.
+// batch (m = 32, 64, 512), f32, bf16 and packed bf16 weights.
 // Not wired into CMake; build against a build tree's libraries, e.g.
 //   g++ -O2 -std=c++20 -fopenmp -Isrc bench/ops_bench.cpp \
 //       build/libpagoda_ops.a build/libpagoda_core.a -lfmt -o /tmp/ops_bench
@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
+#include "ops/packed.h"
 
 using namespace pagoda;
 
@@ -44,16 +46,23 @@ int main(int argc, char** argv) {
   std::vector<bf16_t> wb(wf.size());
   for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
   std::printf("threads %d, k %lld, n %lld: GFLOP/s\n", num_threads(), (long long)k, (long long)n);
+  // 64-byte aligned panels of the bf16 matrix (ops/packed.h).
+  std::vector<uint8_t> panel_bytes(ops::packed_bytes(n, k, DType::BF16) + 64);
+  void* panels =
+      panel_bytes.data() + (64 - reinterpret_cast<uintptr_t>(panel_bytes.data()) % 64) % 64;
   for (ops::Isa isa : {ops::Isa::Scalar, ops::Isa::Avx2, ops::Isa::Avx512, ops::Isa::Avx512Bf16}) {
     if (!ops::isa_supported(isa)) continue;
     ops::set_isa(isa);
-    for (DType dt : {DType::F32, DType::BF16}) {
-      const ops::Matrix w{dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), dt,
-                          n, k};
-      for (int64_t m : {1, 64, 512}) {
+    for (const char* kind : {"f32", "bf16", "bf16p"}) {
+      const std::string name = kind;
+      if (name == "bf16p" && !ops::packed_bf16_is_native()) continue;
+      ops::Matrix w{name == "f32" ? static_cast<const void*>(wf.data()) : wb.data(),
+                    name == "f32" ? DType::F32 : DType::BF16, n, k};
+      if (name == "bf16p") w = ops::pack_matrix(w, panels);
+      for (int64_t m : {1, 32, 64, 512}) {
         if (isa == ops::Isa::Scalar && m > 64) continue;  // minutes
-        std::printf("%-7s %-5s m=%-3lld %8.1f\n", ops::isa_name(isa), dtype_name(dt).data(),
-                    (long long)m, gflops(x.data(), m, w, y.data()));
+        std::printf("%-10s %-5s m=%-3lld %8.1f\n", ops::isa_name(isa), kind, (long long)m,
+                    gflops(x.data(), m, w, y.data()));
       }
     }
   }

@@ -71,9 +71,10 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
       ->check(CLI::IsMember({"none", "int8"}))
       ->default_str("none");
   cmd.add_flag("--no-repack{false}", o.repack_weights,
-               "Keep bf16 weights in place in the checkpoint mapping instead of packing them into "
-               "GEMM panels at load (packing is done only on CPUs with avx512_bf16; it makes "
-               "prefill and batched decode faster)");
+               "Keep bf16 weights in place in the checkpoint mapping (and --quantization int8 "
+               "weights row-major) instead of packing them into GEMM panels at load (bf16 panels "
+               "on CPUs with avx512_bf16, int8 ones with avx512_vnni; they make prefill and "
+               "batched decode faster)");
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));

@@ -87,7 +87,7 @@ ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out) {
 int64_t matrix_bytes(const ops::Matrix& m) {
   if (m.dtype == DType::I8)
     return static_cast<int64_t>(int8_matrix_bytes(m.rows, m.cols, m.packed));
-  if (m.packed) return static_cast<int64_t>(ops::packed_bf16_bytes(m.rows, m.cols));
+  if (m.packed) return static_cast<int64_t>(ops::packed_bytes(m.rows, m.cols, DType::BF16));
   return m.rows * m.cols * static_cast<int64_t>(dtype_size(m.dtype));
 }
 

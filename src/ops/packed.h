@@ -37,9 +37,6 @@ inline size_t packed_bytes(int64_t rows, int64_t cols, DType dtype) {
   return static_cast<size_t>(packed_panels(rows) * kPackedCols * cols *
                              (4 / packed_per_word(dtype)));
 }
-inline size_t packed_bf16_bytes(int64_t rows, int64_t cols) {
-  return packed_bytes(rows, cols, DType::BF16);
-}
 
 // Index (in elements) of weight [row, col] in a packed matrix.
 inline int64_t packed_index(int64_t row, int64_t col, int64_t cols, DType dtype = DType::BF16) {

@@ -106,6 +106,22 @@ assert three["decode_tokens_per_s"] > 0 and three["decode_ms_per_step"] > 0, thr
 assert len(three["decode_tokens_per_s_runs"]) == 2, three
 PY
 
+# The decode roofline is the larger of the step's bytes at the read bandwidth
+# and its FLOPs at the linears' peak; a batch of 2 does twice the FLOPs.
+"${bench_latency[@]}" --output-len 3 --threads 1 --json >"$tmp/roof1.json" 2>/dev/null \
+  || fail "bench latency --json (roofline) failed"
+"${bench_latency[@]}" --output-len 3 --threads 1 --json --batch 2 --no-roofline \
+  >"$tmp/roof2.json" 2>/dev/null || fail "bench latency --batch 2 --json failed"
+/usr/bin/python3 - "$tmp/roof1.json" "$tmp/roof2.json" <<'PY' || fail "bench latency decode roofline fields"
+import json, math, sys
+one, two = (json.load(open(p)) for p in sys.argv[1:])
+bw, comp = one["decode_bandwidth_ms_per_step"], one["decode_compute_ms_per_step"]
+assert bw > 0 and comp > 0 and one["decode_roofline_ms_per_step"] == max(bw, comp), one
+assert math.isclose(one["decode_fraction_of_roofline"],
+                    one["decode_roofline_ms_per_step"] / one["decode_ms_per_step"]), one
+assert math.isclose(two["decode_flops_per_step"], 2 * one["decode_flops_per_step"]), (one, two)
+PY
+
 # A batch the KV cache cannot hold at once would time a smaller batch.
 expect_exit 2 "KV slots" -- "$pagoda" bench latency --model "$model" --batch 64 --input-len 64 \
   --output-len 64 --kv-cache-memory 1000000 --no-roofline

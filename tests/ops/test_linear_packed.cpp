@@ -26,7 +26,7 @@ struct PackedPair {
 
   PackedPair(int64_t n, int64_t k, std::mt19937& rng)
       : row_major(to_bf16(random_vec(n * k, rng))),
-        panels(packed_bf16_bytes(n, k) / 2, 0xFFFF),  // pad must be overwritten with zeros
+        panels(packed_bytes(n, k, DType::BF16) / 2, 0xFFFF),  // pad must be overwritten with zeros
         source{row_major.data(), DType::BF16, n, k} {
     packed = pack_matrix(source, panels.data());
   }
@@ -59,7 +59,7 @@ TEST(PackBf16, EveryWeightLandsWhereTheLayoutSaysAndPadRowsAreZero) {
 }
 
 TEST(PackBf16, RefusesOddColsAndOtherDtypes) {
-  std::vector<uint16_t> data(3 * 5), out(packed_bf16_bytes(3, 6) / 2);
+  std::vector<uint16_t> data(3 * 5), out(packed_bytes(3, 6, DType::BF16) / 2);
   EXPECT_THROW(pack_matrix(Matrix{data.data(), DType::BF16, 3, 5}, out.data()), InternalError);
   std::vector<float> f(3 * 6);
   EXPECT_THROW(pack_matrix(Matrix{f.data(), DType::F32, 3, 6}, out.data()), InternalError);
