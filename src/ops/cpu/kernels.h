@@ -122,7 +122,7 @@ void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, i
                    int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1);
 // One panel from `count` (<= kPackedCols) row-major rows of `pairs` words.
 void pack_panel(const uint32_t* rows, int64_t count, int64_t pairs, uint32_t* panel);
-}
+}  // namespace avx512bf16_impl
 
 // The table of the ISA chosen by set_isa (best_isa() by default).
 const KernelTable& active_kernels();

@@ -67,7 +67,7 @@ PAGODA_BF16_TARGET inline void dot_tile(const uint16_t* x, const uint16_t* w, in
       // Decode is bound by streaming weights: ask for the next tile's rows
       // (C rows on) one tile ahead, so C row streams do not wait on the
       // hardware prefetcher. Each 32-element step is exactly one line.
-      if constexpr (R == 1) __builtin_prefetch(w + (C + c) * k + i, 0, 0);
+      if constexpr (R == 1) __builtin_prefetch(w + (C + c) * k + i, 0, 1);
     }
   }
   if (i < k) {

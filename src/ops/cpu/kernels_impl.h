@@ -44,7 +44,7 @@ PAGODA_TARGET inline void linear_tile(const float* x, const W* w, int64_t k, con
       // the next tile's rows (C rows further on, one tile ahead) now, so
       // C concurrent row streams do not wait on the hardware prefetcher.
       if constexpr (R == 1 && kPrefetchNextTile) {
-        if (i % (64 / sizeof(W)) == 0) __builtin_prefetch(w + (C + c) * k + i, 0, 0);
+        if (i % (64 / sizeof(W)) == 0) __builtin_prefetch(w + (C + c) * k + i, 0, 1);
       }
     }
   }

@@ -48,9 +48,12 @@ PAGODA_BF16_TARGET inline void panel_tile(const uint16_t* x, int64_t ldx, const 
 #pragma GCC unroll 4
     for (int v = 0; v < kVectors; ++v) w[v] = (__m512bh)_mm512_loadu_si512(b + 32 * v);
     if constexpr (R == 1) {
-      // A lone row (decode) is bound by streaming the panel: ask for it
-      // 2 KiB ahead, beyond what the hardware prefetcher has in flight.
-      __builtin_prefetch(b + 8 * kPairStride, 0, 0);
+      // A lone row (decode) is bound by streaming the panel: ask for all
+      // four lines of the pair 4 KiB ahead, into L2 (locality 1). Asking for
+      // one line in four, or with the non-temporal hint, left the stream at
+      // ~70% of the read probe on Zen 4; this keeps it near 90%.
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) __builtin_prefetch(b + 16 * kPairStride + 32 * v, 0, 1);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {

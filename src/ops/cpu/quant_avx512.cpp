@@ -55,7 +55,7 @@ PAGODA_QTARGET inline void dot_tile(const int8_t* x, const int8_t* w, int64_t k,
       for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv[r], wv);
       // Decode streams C weight rows at once: ask for the next tile's rows
       // now so the streams do not wait on the hardware prefetcher.
-      if constexpr (R == 1) __builtin_prefetch(w + (C + c) * k + i, 0, 0);
+      if constexpr (R == 1) __builtin_prefetch(w + (C + c) * k + i, 0, 1);
     }
   }
   if (i < k) {  // tail: masked loads; zero weight bytes add nothing
@@ -129,7 +129,11 @@ PAGODA_QTARGET inline void panel_dots(const int8_t* x, int64_t k, const int8_t* 
     __m512i w[kPanelVectors];
 #pragma GCC unroll 4
     for (int v = 0; v < kPanelVectors; ++v) w[v] = _mm512_loadu_si512(b + 64 * v);
-    if constexpr (R == 1) __builtin_prefetch(b + 8 * 4 * kPanelCols, 0, 0);  // decode stream
+    if constexpr (R == 1) {  // decode streams the panel: all 4 lines, 4 KiB ahead, into L2
+#pragma GCC unroll 4
+      for (int v = 0; v < kPanelVectors; ++v)
+        __builtin_prefetch(b + 16 * 4 * kPanelCols + 64 * v, 0, 1);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       uint32_t quad;
