@@ -190,7 +190,7 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
     thread_local std::vector<float> scratch;  // grown once per thread
     const auto scratch_size = static_cast<size_t>(cpu::attention_scratch_floats(hd));
     if (scratch.size() < scratch_size) scratch.resize(scratch_size);
-    for (int64_t item = i0; item < i1; ++item) {
+    auto make_tile = [&](int64_t item) {
       const RowTile& tile = tiles[item / per_tile];
       const int kvh = static_cast<int>(item % per_tile / head_blocks);
       const int h0 = kvh * group + static_cast<int>(item % head_blocks) * tile_heads;
@@ -210,6 +210,16 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
       a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);
       a.sliding_window = batch.sliding_window;
       a.scale = scale;
+      return a;
+    };
+    cpu::AttentionTile tile[2];
+    if (i0 < i1) tile[i0 % 2] = make_tile(i0);
+    for (int64_t item = i0; item < i1; ++item) {
+      cpu::AttentionTile& a = tile[item % 2];
+      if (item + 1 < i1) {  // the kernel prefetches its first keys
+        tile[(item + 1) % 2] = make_tile(item + 1);
+        a.next = &tile[(item + 1) % 2];
+      }
       tile_kernel(a, scratch.data());
     }
   });

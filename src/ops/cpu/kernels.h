@@ -33,6 +33,11 @@ struct AttentionTile {
   int64_t last_key = 0;  // of row 0
   int sliding_window = 0;
   float scale = 1.0f;
+  // The tile the calling thread runs next, if any: its first keys are
+  // prefetched while this tile's last ones are computed, so one stream of
+  // prefetches runs across the thread's tiles (short-context tiles would
+  // otherwise each start on a cold miss).
+  const AttentionTile* next = nullptr;
 };
 constexpr int kMaxTileQueries = 32;
 // Keys per attention chunk: the kernel visits each block's keys in runs of

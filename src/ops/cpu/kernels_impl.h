@@ -385,6 +385,24 @@ PAGODA_TARGET inline __attribute__((always_inline)) void prefetch_chunk(const cp
   for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(v + i, 0, 1);
 }
 
+// The first key a tile's row with last key `last` sees.
+inline int64_t first_visible_key(int64_t last, int64_t window) {
+  return window > 0 && last - window + 1 > 0 ? last - window + 1 : int64_t{0};
+}
+
+// Prefetches the chunk kPrefetchKeys after key t of the stream made of
+// tile a's keys and then those of the tile the thread runs next.
+template <typename KV>
+PAGODA_TARGET inline __attribute__((always_inline)) void prefetch_ahead(const cpu::AttentionTile& a,
+                                                                        int64_t t, int64_t window) {
+  const int64_t last = a.last_key + a.rows - 1, u = t + kPrefetchKeys;
+  if (u <= last) return prefetch_chunk<KV>(a, u, last);
+  if (a.next == nullptr) return;
+  const cpu::AttentionTile& next = *a.next;
+  prefetch_chunk<KV>(next, first_visible_key(next.last_key, window) + (u - last - 1),
+                     next.last_key + next.rows - 1);
+}
+
 template <typename KV>
 PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   const int hd = a.head_dim, bs = a.block_size, nq = a.rows * a.heads;
@@ -395,12 +413,11 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   for (int i = 0; i < nq * hd; ++i) acc[i] = 0.0f;
   for (int i = 0; i < nq; ++i) running_max[i] = -__builtin_inff(), denom[i] = 0.0f;
   const int64_t window = a.sliding_window;
-  auto first_key = [window](int64_t last) {
-    return window > 0 && last - window + 1 > 0 ? last - window + 1 : int64_t{0};
-  };
+  auto first_key = [window](int64_t last) { return first_visible_key(last, window); };
   const int64_t last_tile_key = a.last_key + a.rows - 1;
   ActiveQueries act;
-  // The first chunks' rows: from then on each chunk asks for a later one.
+  // The first chunks' rows (already asked for if the thread's previous tile
+  // had this one as `next`): from then on each chunk asks for a later one.
   for (int64_t t = first_key(a.last_key) + kKeyChunk; t < first_key(a.last_key) + kPrefetchKeys;
        t += kKeyChunk)
     prefetch_chunk<KV>(a, t, last_tile_key);
@@ -414,7 +431,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
     const int64_t rows0 = int64_t{a.block_table[t / bs]} * a.block_stride + offset * hd;
     const KV* k0 = static_cast<const KV*>(a.k_head) + rows0;
     const KV* v0 = static_cast<const KV*>(a.v_head) + rows0;
-    prefetch_chunk<KV>(a, t + kPrefetchKeys, last_tile_key);
+    prefetch_ahead<KV>(a, t, window);
     act.count = 0;
     for (int r = 0; r < a.rows; ++r) {
       const int64_t last = a.last_key + r, first = first_key(last);
