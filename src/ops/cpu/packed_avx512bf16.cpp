@@ -28,13 +28,16 @@ constexpr int kTileRows = 6;                // 6 x 4 accumulators + 4 panel vect
 // are stored and reloaded only once per block.
 constexpr int64_t kBlockPairs = 512;
 constexpr int64_t kPairStride = kPackedCols * 2;  // bf16 elements per pair of a panel
+constexpr int64_t kBlockBytes = kBlockPairs * kPairStride * 2;
 
 // acc[r][v] (+)= sum over pairs [p0, p1) of x row r's pair times the panel's
 // pair, for rows x + r * ldx; y rows at y + r * ldy (panel-local columns).
+// `ahead` (may be null): bytes to prefetch into L2 meanwhile, one line per
+// pair.
 template <int R>
 PAGODA_BF16_TARGET inline void panel_tile(const uint16_t* x, int64_t ldx, const uint16_t* panel,
-                                          int64_t p0, int64_t p1, bool first, float* y,
-                                          int64_t ldy) {
+                                          int64_t p0, int64_t p1, bool first, float* y, int64_t ldy,
+                                          const char* ahead) {
   __m512 acc[R][kVectors];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -47,6 +50,7 @@ PAGODA_BF16_TARGET inline void panel_tile(const uint16_t* x, int64_t ldx, const 
     __m512bh w[kVectors];
 #pragma GCC unroll 4
     for (int v = 0; v < kVectors; ++v) w[v] = (__m512bh)_mm512_loadu_si512(b + 32 * v);
+    if (ahead) __builtin_prefetch(ahead + (p - p0) * 64, 0, 1);
     if constexpr (R == 1) {
       // A lone row (decode) is bound by streaming the panel: ask for all
       // four lines of the pair 4 KiB ahead, into L2 (locality 1). Asking for
@@ -75,9 +79,9 @@ PAGODA_BF16_TARGET inline void panel_tile(const uint16_t* x, int64_t ldx, const 
 template <int R>
 PAGODA_BF16_TARGET inline void remainder_tile(int64_t rows, const uint16_t* x, int64_t ldx,
                                               const uint16_t* panel, int64_t p0, int64_t p1,
-                                              float* y, int64_t ldy) {
-  if (rows == R) return panel_tile<R>(x, ldx, panel, p0, p1, p0 == 0, y, ldy);
-  if constexpr (R > 1) remainder_tile<R - 1>(rows, x, ldx, panel, p0, p1, y, ldy);
+                                              float* y, int64_t ldy, const char* ahead) {
+  if (rows == R) return panel_tile<R>(x, ldx, panel, p0, p1, p0 == 0, y, ldy, ahead);
+  if constexpr (R > 1) remainder_tile<R - 1>(rows, x, ldx, panel, p0, p1, y, ldy, ahead);
 }
 
 // Rows [0, m) x one panel, all k, into y (ldy, kPackedCols valid columns).
@@ -86,11 +90,21 @@ PAGODA_BF16_TARGET void panel_rows(const uint16_t* x, int64_t m, const uint16_t*
   const int64_t pairs = k / 2;
   for (int64_t p0 = 0; p0 < pairs; p0 += kBlockPairs) {
     const int64_t p1 = p0 + kBlockPairs < pairs ? p0 + kBlockPairs : pairs;
+    // The first row tile reads the block from memory, the others from L2:
+    // those ask for slices of the next block (which follows in memory, in
+    // this panel or the next), so its first tile finds it in L2 too.
+    const char* next = reinterpret_cast<const char*>(panel + p1 * kPairStride);
+    auto ahead = [&](int64_t r) -> const char* {
+      const int64_t slice = r / kTileRows - 1, slice_bytes = (p1 - p0) * 64;
+      return slice >= 0 && slice * slice_bytes < kBlockBytes ? next + slice * slice_bytes : nullptr;
+    };
     int64_t r = 0;
     for (; r + kTileRows <= m; r += kTileRows)
-      panel_tile<kTileRows>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy);
+      panel_tile<kTileRows>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy, ahead(r));
     // The remaining rows as one narrower tile: one pass over the block.
-    if (r < m) remainder_tile<kTileRows - 1>(m - r, x + r * k, k, panel, p0, p1, y + r * ldy, ldy);
+    if (r < m) {
+      remainder_tile<kTileRows - 1>(m - r, x + r * k, k, panel, p0, p1, y + r * ldy, ldy, ahead(r));
+    }
   }
 }
 
