@@ -100,6 +100,7 @@ double linear_peak_gflops(const ops::Roofline& roof, const LLMEngine& engine,
 
 int run_latency(LatencyArgs& a) {
   if (int64_t{a.batch} > a.engine.max_num_seqs) a.engine.max_num_seqs = a.batch;
+  a.engine.prefault_kv_cache = true;  // time the steady state (engine/llm_engine.h)
   LLMEngine engine(a.model, a.engine);
   print_engine_summary(engine);
   const ModelConfig& c = engine.model_config();

@@ -25,6 +25,7 @@ int run_throughput(ThroughputArgs& a) {
     throw_input_error("--shared-prefix-len ({}) must be smaller than --input-len ({})",
                       a.shared_prefix_len, a.input_len);
   }
+  a.engine.prefault_kv_cache = true;  // time the steady state (engine/llm_engine.h)
   LLMEngine engine(a.model, a.engine);
   print_engine_summary(engine);
   const int64_t vocab = engine.model_config().vocab_size;

@@ -47,7 +47,8 @@ std::unique_ptr<CausalLM> load_shard(const std::string& model_dir, const EngineO
   } else if (comm.size() > 1) {  // mpirun binds each rank to its own core(s)
     set_num_threads(parallel::cpus_in_affinity_mask());
   }
-  if (comm.size() == 1) return load_model(model_dir, comm, {options.quantization, options.repack_weights});
+  if (comm.size() == 1)
+    return load_model(model_dir, comm, {options.quantization, options.repack_weights});
   std::unique_ptr<CausalLM> model;
   try {
     model = load_model(model_dir, comm, {options.quantization, options.repack_weights});
@@ -161,6 +162,7 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
       *kv_);
   runner_ = std::make_unique<ModelRunner>(*model_, shape.groups, num_blocks, options.block_size,
                                           kv_dtype_of(*model_, options), comm_);
+  if (options.prefault_kv_cache) runner_->prefault_kv_cache();
 }
 
 void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,

@@ -36,6 +36,12 @@ struct EngineOptions {
   Quantization quantization = Quantization::None;
   // Pack bf16 weight matrices into GEMM panels at load (--no-repack: off).
   bool repack_weights = true;
+  // Touch every page of the KV pool at start, as vLLM and llama.cpp do by
+  // zeroing theirs: a long-running server has touched its whole pool, so
+  // the benchmarks do this to time that steady state rather than the kernel
+  // clearing fresh pages under the first requests' KV writes. Off by
+  // default: the pool may be half the RAM, and a short run touches little.
+  bool prefault_kv_cache = false;
 };
 
 // Engine-wide counters (the server's /metrics reads these).

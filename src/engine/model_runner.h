@@ -41,6 +41,7 @@ class ModelRunner {
   // The metadata of the last step (tests replay and inspect it).
   const BatchMetadata& last_batch() const { return batch_; }
   size_t kv_storage_bytes() const { return storage_->bytes(); }
+  void prefault_kv_cache() { storage_->prefault(); }
   DType kv_storage_dtype() const { return storage_->dtype(); }
 
  private:

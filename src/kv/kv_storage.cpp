@@ -2,7 +2,11 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace pagoda {
 
@@ -29,6 +33,16 @@ KVStorage::KVStorage(int64_t num_layers, int64_t num_blocks, int64_t elems_per_b
   // bench/attention_bench.cpp). Only advice: where the kernel has no huge
   // pages the pool works the same.
   madvise(base_, bytes_, MADV_HUGEPAGE);
+}
+
+void KVStorage::prefault() {
+  constexpr int64_t kStep = int64_t{1} << 21;
+  const auto steps = static_cast<int64_t>((bytes_ + kStep - 1) / kStep);
+  parallel_for(steps, 1, [&](int64_t s0, int64_t s1) {
+    const size_t first = static_cast<size_t>(s0 * kStep);
+    const size_t last = std::min(bytes_, static_cast<size_t>(s1 * kStep));
+    std::memset(base_ + first, 0, last - first);
+  });
 }
 
 KVStorage::~KVStorage() {

@@ -21,6 +21,10 @@ class KVStorage {
   KVStorage(const KVStorage&) = delete;
   KVStorage& operator=(const KVStorage&) = delete;
 
+  // Writes zeros over every page, in parallel (each kernel thread first
+  // touches its share).
+  void prefault();
+
   void* k(int64_t layer) const { return base_ + (2 * layer) * layer_bytes_; }
   void* v(int64_t layer) const { return base_ + (2 * layer + 1) * layer_bytes_; }
   DType dtype() const { return dtype_; }
