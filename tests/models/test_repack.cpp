@@ -69,5 +69,25 @@ TEST(RepackedModel, OnlyThePanelsStayResident) {
   EXPECT_LT(resident, linear_bytes / 4) << "resident " << resident << " linear " << linear_bytes;
 }
 
+TEST(RepackedModel, ATiedHeadIsAlsoTheEmbeddingTable) {
+  // A tied bf16 model: the packed LM head holds the embedding's values, so
+  // lookups read the panels and the checkpoint's embedding pages are dropped
+  // rather than kept (and faulted back in by the lookups) as a second copy.
+  // The logits match the in-place model's (LogitsMatchTheInPlaceModel).
+  // (Without a native kernel nothing is packed and the table is read in place.)
+  TempDir tmp;
+  const std::string dir = tiny_checkpoint(
+      tmp, "--arch qwen3 --dtype bf16 --tied --hidden 256 --intermediate 512 --layers 2 --seed 6");
+  auto model = load_model(dir);
+  ASSERT_EQ(model->repacked_weights(), ops::packed_bf16_is_native());
+  if (!model->repacked_weights()) return;
+  // Lookups of tokens spread over the vocabulary map no checkpoint page.
+  const int64_t after_load = resident_checkpoint_bytes();
+  std::vector<int32_t> prompt;
+  for (int32_t t = 1; t < 60; ++t) prompt.push_back(t * 8 % model->config().vocab_size);
+  test::prefill_and_decode(*model, prompt, 511);
+  EXPECT_EQ(resident_checkpoint_bytes(), after_load);
+}
+
 }  // namespace
 }  // namespace pagoda
