@@ -245,6 +245,7 @@ void LlamaModel::load(const LlamaVariant& variant) {
     // An int8 head is no longer the embedding: lookups read the checkpoint.
     lm_head_ = prepared(lm_head_, c.tie_word_embeddings);
   }
+  if (embed_tokens_.data != lm_head_.data) weights_.advise_random_rows(embed_tokens_);
 }
 
 ops::Matrix LlamaModel::prepared(const ops::Matrix& m, bool source_still_used) {

@@ -45,14 +45,17 @@ void to_f32(const void* data, DType dtype, int64_t n, float* out) {
 
 void to_f32(const TensorInfo& t, float* out) { to_f32(t.data, t.dtype, t.numel(), out); }
 
-// Drops this process's pages of a tensor that was copied (the page cache
-// keeps them; a later read of a neighbouring tensor faults them back in).
-void release_pages(const void* data, size_t nbytes) {
+// madvise over the whole pages that cover [data, data + nbytes).
+void advise_pages(const void* data, size_t nbytes, int advice) {
   static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto begin = reinterpret_cast<uintptr_t>(data);
   const uintptr_t first = begin / page * page, last = (begin + nbytes + page - 1) / page * page;
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, advice);
 }
+
+// Drops this process's pages of a tensor that was copied (the page cache
+// keeps them; a later read of a neighbouring tensor faults them back in).
+void release_pages(const void* data, size_t nbytes) { advise_pages(data, nbytes, MADV_DONTNEED); }
 void release_pages(const TensorInfo& t) { release_pages(t.data, t.nbytes); }
 
 // Maps all pages of a range in one call before a pass over it: one fault
@@ -60,13 +63,7 @@ void release_pages(const TensorInfo& t) { release_pages(t.data, t.nbytes); }
 // Advice only: kernels before 5.14 refuse it and the pass faults as usual.
 void populate_pages(const void* data, size_t nbytes, bool write) {
 #ifdef MADV_POPULATE_WRITE
-  static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  const uintptr_t first = begin / page * page, last = (begin + nbytes + page - 1) / page * page;
-  if (last > first) {
-    madvise(reinterpret_cast<void*>(first), last - first,
-            write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
-  }
+  advise_pages(data, nbytes, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 #else
   (void)data, (void)nbytes, (void)write;
 #endif
@@ -174,18 +171,28 @@ ops::Matrix WeightStore::repack(const ops::Matrix& source, bool source_still_use
   return packed;
 }
 
+void WeightStore::advise_random_rows(const ops::Matrix& m) {
+  if (owner_of(m.data) == nullptr) advise_pages(m.data, matrix_bytes(m), MADV_RANDOM);
+}
+
+WeightStore::OwnedBuffer* WeightStore::owner_of(const void* data) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (auto& buffer : owned_) {
+    if (buffer.data && p >= buffer.data.get() && p < buffer.data.get() + buffer.size)
+      return &buffer;
+  }
+  return nullptr;
+}
+
 void* WeightStore::own_aligned(size_t bytes) {
   auto* raw = static_cast<uint8_t*>(own(bytes + 63));
   return raw + (64 - reinterpret_cast<uintptr_t>(raw) % 64) % 64;
 }
 
 void WeightStore::drop(const ops::Matrix& source, bool still_used) {
-  const auto* p = static_cast<const uint8_t*>(source.data);
-  for (auto& buffer : owned_) {
-    if (buffer.data && p >= buffer.data.get() && p < buffer.data.get() + buffer.size) {
-      if (!still_used) buffer = {};
-      return;
-    }
+  if (OwnedBuffer* buffer = owner_of(source.data)) {
+    if (!still_used) *buffer = {};
+    return;
   }
   release_pages(source.data, static_cast<size_t>(matrix_bytes(source)));
 }

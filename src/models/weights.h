@@ -44,6 +44,11 @@ class WeightStore {
   // store returned, the source dropped as by quantize_int8: the packed
   // panels replace the mapped (or int8) weights, they do not add to them.
   ops::Matrix repack(const ops::Matrix& source, bool source_still_used);
+  // For a matrix read in place from the mapping one row at a time (an
+  // embedding table): tells the kernel its pages are read at random, so a
+  // lookup maps its row's page instead of a readahead window around it
+  // (which kept ~200 MB of a Qwen3-0.6B table resident after one prompt).
+  void advise_random_rows(const ops::Matrix& m);
   // A 1-D tensor of n values as f32.
   const float* vector(const std::string& name, int64_t n);
   // Elements [begin, begin + count) of a 1-D tensor of n values, as f32.
@@ -65,6 +70,8 @@ class WeightStore {
     std::unique_ptr<uint8_t[]> data;
     size_t size = 0;
   };
+  // The owned buffer data points into, or null (checkpoint memory).
+  OwnedBuffer* owner_of(const void* data);
   std::deque<OwnedBuffer> owned_;
 };
 
