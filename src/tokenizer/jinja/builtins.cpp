@@ -12,12 +12,6 @@ namespace pagoda::jinja {
 
 namespace {
 
-Json string_list(const std::vector<std::string>& parts) {
-  Json out = Json::array();
-  for (const std::string& p : parts) out.push_back(p);
-  return out;
-}
-
 Value make_namespace(Args& args, Kwargs& kwargs) {
   Value v;
   v.kind = Value::Kind::Namespace;
