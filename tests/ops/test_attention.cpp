@@ -109,12 +109,14 @@ struct Step {
   }
 };
 
-Step build_step(const Case& c, std::mt19937& rng) {
+using Seqs = std::vector<std::pair<int, int>>;
+
+Step build_step(const Case& c, std::mt19937& rng, const Seqs& seqs = kSeqs) {
   Step st;
   const int row = c.kv_heads * c.head_dim;
   st.layout = KVLayout{c.block_size, c.kv_heads, c.head_dim, c.kv};
   int total_blocks = 0;
-  for (auto [cached, fresh] : kSeqs) {
+  for (auto [cached, fresh] : seqs) {
     const int blocks = (cached + fresh + c.block_size - 1) / c.block_size;
     st.max_blocks = std::max(st.max_blocks, blocks);
     total_blocks += blocks;
@@ -133,12 +135,12 @@ Step build_step(const Case& c, std::mt19937& rng) {
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
 
-  st.tables.assign(kSeqs.size() * st.max_blocks, -1);
-  st.keys.resize(kSeqs.size());
-  st.values.resize(kSeqs.size());
+  st.tables.assign(seqs.size() * st.max_blocks, -1);
+  st.keys.resize(seqs.size());
+  st.values.resize(seqs.size());
   size_t next = 0;
-  for (size_t s = 0; s < kSeqs.size(); ++s) {
-    const int len = kSeqs[s].first + kSeqs[s].second;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int len = seqs[s].first + seqs[s].second;
     for (int b = 0; b < (len + c.block_size - 1) / c.block_size; ++b) {
       st.tables[s * st.max_blocks + b] = ids[next++];
     }
@@ -158,9 +160,9 @@ Step build_step(const Case& c, std::mt19937& rng) {
       for (auto& key : st.keys[s]) key = bf16_rounded(key);
       for (auto& value : st.values[s]) value = bf16_rounded(value);
     }
-    const auto qs = random_vec(size_t(kSeqs[s].second) * c.q_heads * c.head_dim, rng);
+    const auto qs = random_vec(size_t(seqs[s].second) * c.q_heads * c.head_dim, rng);
     st.q.insert(st.q.end(), qs.begin(), qs.end());
-    st.qsl.push_back(st.qsl.back() + kSeqs[s].second);
+    st.qsl.push_back(st.qsl.back() + seqs[s].second);
     st.seq_lens.push_back(len);
   }
   return st;
@@ -170,8 +172,8 @@ float scale_of(const Case& c) { return 1.0f / std::sqrt(static_cast<float>(c.hea
 
 // Runs the kernel, the reference and the dense attention on one step and
 // compares them. Returns the kernel's output.
-std::vector<float> run_case(const Case& c, std::mt19937& rng) {
-  const Step st = build_step(c, rng);
+std::vector<float> run_case(const Case& c, std::mt19937& rng, const Seqs& seqs = kSeqs) {
+  const Step st = build_step(c, rng, seqs);
   const AttentionBatch batch = st.batch(c.window);
   const float scale = scale_of(c);
   std::vector<float> out(st.q.size(), NAN), out_ref(st.q.size(), NAN), out_dense(st.q.size(), NAN);
@@ -179,9 +181,9 @@ std::vector<float> run_case(const Case& c, std::mt19937& rng) {
   ref::paged_attention(st.q.data(), st.k(), st.v(), st.layout, batch, c.q_heads, scale,
                        out_ref.data());
   const int64_t token_elems = int64_t{c.q_heads} * c.head_dim;
-  for (size_t s = 0; s < kSeqs.size(); ++s) {
-    dense_attention(st.q.data() + st.qsl[s] * token_elems, st.keys[s], st.values[s],
-                    kSeqs[s].second, c.q_heads, c.kv_heads, c.head_dim, c.window, scale,
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    dense_attention(st.q.data() + st.qsl[s] * token_elems, st.keys[s], st.values[s], seqs[s].second,
+                    c.q_heads, c.kv_heads, c.head_dim, c.window, scale,
                     out_dense.data() + st.qsl[s] * token_elems);
   }
   expect_close(out_ref, out_dense, 1e-5f, "reference vs dense, " + describe(c));
@@ -237,6 +239,24 @@ TEST_P(PagedAttention, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
     paged_attention(f32.q.data(), f32.k(), f32.v(), f32.layout, f32.batch(c.window), c.q_heads,
                     scale_of(c), out_f.data());
     EXPECT_EQ(out_b, out_f);
+  }
+}
+
+TEST_P(PagedAttention, DecodeBatchesMatchTheReference) {
+  // A batch of decode rows only: few queries per kv head, so the kernel
+  // takes several kv heads per work item (their blocks' rows read as one
+  // run); one thread and two (other item counts), bf16 and f32 caches.
+  const Seqs decode = {{23, 1}, {40, 1}, {5, 1}, {70, 1}};
+  std::mt19937 rng(8);
+  for (int threads : {1, 2}) {
+    ScopedThreads scoped(threads);
+    for (DType kv : kKvDtypes) {
+      for (const Case& c : {Case{8, 4, 64, 16, 0}, Case{16, 8, 128, 16, 0}, Case{8, 8, 40, 3, 0},
+                            Case{4, 2, 64, 48, 30}, Case{8, 4, 12, 16, 9}}) {
+        SCOPED_TRACE(describe(with_kv(c, kv)) + " threads " + std::to_string(threads));
+        run_case(with_kv(c, kv), rng, decode);
+      }
+    }
   }
 }
 

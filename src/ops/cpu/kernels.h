@@ -22,8 +22,14 @@ namespace pagoda::ops::cpu {
 struct AttentionTile {
   const float* q = nullptr;
   float* out = nullptr;
-  int64_t q_row_stride = 0;      // num_q_heads * head_dim
-  int rows = 0, heads = 0;       // rows * heads <= kMaxTileQueries
+  int64_t q_row_stride = 0;  // num_q_heads * head_dim
+  int rows = 0, heads = 0;   // rows * heads * kv_heads <= kMaxTileQueries
+  // Consecutive kv heads the tile covers, in lockstep chunk by chunk so
+  // that a block's K (and V) rows of all of them, adjacent in the pool, are
+  // read as one run. kv head j's `heads` q heads follow kv head 0's (at
+  // q + j * heads * head_dim: heads is the whole group then), its rows
+  // block_size * head_dim elements after kv head 0's.
+  int kv_heads = 1;
   const void* k_head = nullptr;  // f32 or bf16 elements
   const void* v_head = nullptr;
   int64_t block_stride = 0;  // num_kv_heads * block_size * head_dim

@@ -428,9 +428,20 @@ PAGODA_TARGET inline __attribute__((always_inline)) ChunkRows chunk_ahead(
                           next.last_key + next.rows - 1);
 }
 
+// The rows of kv head j of a chunk located for kv head 0.
+template <typename KV>
+PAGODA_TARGET inline ChunkRows kv_head_rows(ChunkRows c, int j, int64_t head_stride) {
+  if (c.rows == 0) return c;
+  const int64_t bytes = j * head_stride * int64_t{sizeof(KV)};
+  c.k += bytes;
+  c.v += bytes;
+  return c;
+}
+
 template <typename KV>
 PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
-  const int hd = a.head_dim, bs = a.block_size, nq = a.rows * a.heads;
+  const int hd = a.head_dim, bs = a.block_size, nq = a.rows * a.heads * a.kv_heads;
+  const int64_t head_stride = int64_t{bs} * hd;  // elements between kv heads' rows in a block
   float* acc = scratch;                          // [nq][hd]
   float* scores = acc + nq * hd;                 // [nq][kKeyChunk]
   float* running_max = scores + nq * kKeyChunk;  // [nq]
@@ -444,8 +455,10 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   // The first chunks' rows (already asked for if the thread's previous tile
   // had this one as `next`): from then on each chunk asks for a later one.
   for (int64_t t = first_key(a.last_key) + kKeyChunk; t < first_key(a.last_key) + kPrefetchKeys;
-       t += kKeyChunk)
-    prefetch_rows(locate_chunk<KV>(a, t, last_tile_key), 0);
+       t += kKeyChunk) {
+    const ChunkRows rows = locate_chunk<KV>(a, t, last_tile_key);
+    for (int j = 0; j < a.kv_heads; ++j) prefetch_rows(kv_head_rows<KV>(rows, j, head_stride), 0);
+  }
   for (int64_t t = first_key(a.last_key); t <= last_tile_key;) {
     const int64_t offset = t % bs;
     const int64_t cell = offset / kKeyChunk * kKeyChunk;  // the grid cell of t
@@ -454,58 +467,64 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
     const int count = static_cast<int>(end - t);
     // The chunk's rows are consecutive (stride head_dim) within its block.
     const int64_t rows0 = int64_t{a.block_table[t / bs]} * a.block_stride + offset * hd;
-    const KV* k0 = static_cast<const KV*>(a.k_head) + rows0;
-    const KV* v0 = static_cast<const KV*>(a.v_head) + rows0;
-    const ChunkRows ahead = chunk_ahead<KV>(a, t, window);
-    act.count = 0;
-    for (int r = 0; r < a.rows; ++r) {
-      const int64_t last = a.last_key + r, first = first_key(last);
-      if (last < t || first >= end) continue;
-      for (int h = 0; h < a.heads; ++h) {
-        const int i = r * a.heads + h, n = act.count++;
-        act.index[n] = i;
-        act.q[n] = a.q + r * a.q_row_stride + h * hd;
-        act.s[n] = scores + i * kKeyChunk;
-        act.acc[n] = acc + int64_t{i} * hd;
-        act.lo[n] = static_cast<int>((first > t ? first : t) - t);
-        act.hi[n] = static_cast<int>((last < end - 1 ? last : end - 1) - t);
+    const ChunkRows ahead0 = chunk_ahead<KV>(a, t, window);
+    for (int j = 0; j < a.kv_heads; ++j) {
+      const KV* k0 = static_cast<const KV*>(a.k_head) + rows0 + j * head_stride;
+      const KV* v0 = static_cast<const KV*>(a.v_head) + rows0 + j * head_stride;
+      const ChunkRows ahead = kv_head_rows<KV>(ahead0, j, head_stride);
+      act.count = 0;
+      for (int r = 0; r < a.rows; ++r) {
+        const int64_t last = a.last_key + r, first = first_key(last);
+        if (last < t || first >= end) continue;
+        for (int h = 0; h < a.heads; ++h) {
+          const int i = (j * a.rows + r) * a.heads + h, n = act.count++;
+          act.index[n] = i;
+          act.q[n] = a.q + r * a.q_row_stride + (j * a.heads + h) * hd;
+          act.s[n] = scores + i * kKeyChunk;
+          act.acc[n] = acc + int64_t{i} * hd;
+          act.lo[n] = static_cast<int>((first > t ? first : t) - t);
+          act.hi[n] = static_cast<int>((last < end - 1 ? last : end - 1) - t);
+        }
       }
+      // Scores, 4 keys at a time (keys past the chunk repeat its last key).
+      for (int c0 = 0; c0 < count; c0 += 4) {
+        const KV* k[4];
+        for (int c = 0; c < 4; ++c) k[c] = k0 + int64_t{c0 + c < count ? c0 + c : count - 1} * hd;
+        int i = 0;
+        // The first score block asks for the same 4 rows of the chunk ahead.
+        const bool ask = ahead.rows > c0;
+        const char* pf_k = ask ? ahead.k + c0 * ahead.row_bytes : nullptr;
+        const char* pf_v = ask ? ahead.v + c0 * ahead.row_bytes : nullptr;
+        for (; i + kScoreQueries <= act.count; i += kScoreQueries, pf_k = pf_v = nullptr)
+          score_block<kScoreQueries>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
+        for (; i + 2 <= act.count; i += 2, pf_k = pf_v = nullptr)  // decode: a kv head's q heads
+          score_block<2>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
+        for (; i < act.count; ++i, pf_k = pf_v = nullptr)
+          score_block<1>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
+      }
+      // Rows of the chunk ahead past this (shorter) chunk's, all at once.
+      prefetch_rows(ahead, (count + 3) / 4 * 4);
+      for (int n = 0; n < act.count; ++n) {
+        const int i = act.index[n];
+        softmax_chunk(act.s[n], count, act.lo[n], act.hi[n], act.acc[n], hd, running_max[i],
+                      denom[i]);
+      }
+      int n = 0;
+      const float* const* p = act.s;
+      for (; n + kValueQueries <= act.count; n += kValueQueries)
+        value_rows<kValueQueries>(p + n, v0, hd, count, act.acc + n, hd);
+      for (; n + 2 <= act.count; n += 2) value_rows<2>(p + n, v0, hd, count, act.acc + n, hd);
+      for (; n < act.count; ++n) value_rows<1>(p + n, v0, hd, count, act.acc + n, hd);
     }
-    // Scores, 4 keys at a time (keys past the chunk repeat its last key).
-    for (int c0 = 0; c0 < count; c0 += 4) {
-      const KV* k[4];
-      for (int c = 0; c < 4; ++c) k[c] = k0 + int64_t{c0 + c < count ? c0 + c : count - 1} * hd;
-      int i = 0;
-      // The first score block asks for the same 4 rows of the chunk ahead.
-      const bool ask = ahead.rows > c0;
-      const char* pf_k = ask ? ahead.k + c0 * ahead.row_bytes : nullptr;
-      const char* pf_v = ask ? ahead.v + c0 * ahead.row_bytes : nullptr;
-      for (; i + kScoreQueries <= act.count; i += kScoreQueries, pf_k = pf_v = nullptr)
-        score_block<kScoreQueries>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
-      for (; i + 2 <= act.count; i += 2, pf_k = pf_v = nullptr)  // decode: a kv head's q heads
-        score_block<2>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
-      for (; i < act.count; ++i, pf_k = pf_v = nullptr)
-        score_block<1>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
-    }
-    // Rows of the chunk ahead past this (shorter) chunk's, all at once.
-    prefetch_rows(ahead, (count + 3) / 4 * 4);
-    for (int n = 0; n < act.count; ++n) {
-      const int i = act.index[n];
-      softmax_chunk(act.s[n], count, act.lo[n], act.hi[n], act.acc[n], hd, running_max[i],
-                    denom[i]);
-    }
-    int n = 0;
-    const float* const* p = act.s;
-    for (; n + kValueQueries <= act.count; n += kValueQueries)
-      value_rows<kValueQueries>(p + n, v0, hd, count, act.acc + n, hd);
-    for (; n + 2 <= act.count; n += 2) value_rows<2>(p + n, v0, hd, count, act.acc + n, hd);
-    for (; n < act.count; ++n) value_rows<1>(p + n, v0, hd, count, act.acc + n, hd);
     t = end;
   }
-  for (int r = 0; r < a.rows; ++r) {
-    for (int h = 0; h < a.heads; ++h) {
-      const int i = r * a.heads + h;
-      scale(acc + int64_t{i} * hd, 1.0f / denom[i], a.out + r * a.q_row_stride + h * hd, hd);
+  for (int j = 0; j < a.kv_heads; ++j) {
+    for (int r = 0; r < a.rows; ++r) {
+      for (int h = 0; h < a.heads; ++h) {
+        const int i = (j * a.rows + r) * a.heads + h;
+        scale(acc + int64_t{i} * hd, 1.0f / denom[i],
+              a.out + r * a.q_row_stride + (j * a.heads + h) * hd, hd);
+      }
     }
   }
 }
