@@ -18,9 +18,8 @@ KVStorage::KVStorage(int64_t num_layers, int64_t num_blocks, int64_t elems_per_b
   if (bytes_ == 0) return;
   // One huge page more than needed, so the arrays can start on a huge-page
   // boundary.
-  mapped_bytes_ = bytes_ + kHugePage;
   void* p =
-      mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      mmap(nullptr, bytes_ + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     throw_input_error("cannot reserve {} bytes for the KV cache (lower --kv-cache-memory)", bytes_);
   }
@@ -36,17 +35,16 @@ KVStorage::KVStorage(int64_t num_layers, int64_t num_blocks, int64_t elems_per_b
 }
 
 void KVStorage::prefault() {
-  constexpr int64_t kStep = int64_t{1} << 21;
-  const auto steps = static_cast<int64_t>((bytes_ + kStep - 1) / kStep);
-  parallel_for(steps, 1, [&](int64_t s0, int64_t s1) {
-    const size_t first = static_cast<size_t>(s0 * kStep);
-    const size_t last = std::min(bytes_, static_cast<size_t>(s1 * kStep));
+  const auto pages = static_cast<int64_t>((bytes_ + kHugePage - 1) / kHugePage);
+  parallel_for(pages, 1, [&](int64_t p0, int64_t p1) {
+    const size_t first = static_cast<size_t>(p0) * kHugePage;
+    const size_t last = std::min(bytes_, static_cast<size_t>(p1) * kHugePage);
     std::memset(base_ + first, 0, last - first);
   });
 }
 
 KVStorage::~KVStorage() {
-  if (mapping_) munmap(mapping_, mapped_bytes_);
+  if (mapping_) munmap(mapping_, bytes_ + kHugePage);
 }
 
 }  // namespace pagoda

@@ -32,8 +32,7 @@ class KVStorage {
 
  private:
   static constexpr size_t kHugePage = size_t{2} << 20;
-  void* mapping_ = nullptr;  // the whole mapping; base_ is its first huge-page boundary
-  size_t mapped_bytes_ = 0;
+  void* mapping_ = nullptr;  // bytes_ + kHugePage; base_ is its first huge-page boundary
   uint8_t* base_ = nullptr;
   size_t bytes_ = 0;
   int64_t layer_bytes_ = 0;

@@ -379,8 +379,9 @@ PAGODA_TARGET void silu_mul_rows(const float* gate_up, int64_t inter, float* out
 // ~25 at 8k context, bench/attention_bench.cpp).
 constexpr int64_t kPrefetchKeys = 4 * kKeyChunk;
 
-// Where the K and V rows of the chunk that starts at key t lie (up to its
-// block's end and key `last`; no rows if t > last).
+// Where the K and V rows of the chunk that starts at key t lie: up to the
+// end of t's grid cell (kKeyChunk keys from its block's start, the block's
+// end at most) and key `last`; no rows if t > last.
 struct ChunkRows {
   const char* k = nullptr;
   const char* v = nullptr;
@@ -392,7 +393,8 @@ PAGODA_TARGET inline __attribute__((always_inline)) ChunkRows locate_chunk(
     const cpu::AttentionTile& a, int64_t t, int64_t last) {
   if (t > last) return {};
   const int64_t offset = t % a.block_size;
-  int64_t rows = a.block_size - offset < kKeyChunk ? a.block_size - offset : kKeyChunk;
+  const int64_t cell_end = offset / kKeyChunk * kKeyChunk + kKeyChunk;
+  int64_t rows = (cell_end < a.block_size ? cell_end : a.block_size) - offset;
   if (rows > last - t + 1) rows = last - t + 1;
   const int64_t first =
       int64_t{a.block_table[t / a.block_size]} * a.block_stride + offset * a.head_dim;
@@ -438,91 +440,110 @@ PAGODA_TARGET inline ChunkRows kv_head_rows(ChunkRows c, int j, int64_t head_str
   return c;
 }
 
+// A tile's running state: per query, its unnormalised output, one chunk's
+// scores (then weights), running maximum and softmax denominator.
+struct TileState {
+  float* acc;          // [nq][hd]
+  float* scores;       // [nq][kKeyChunk]
+  float* running_max;  // [nq]
+  float* denom;        // [nq]
+  ActiveQueries act;
+};
+
+// Keys [t, t + chunk.rows) of the tile's kv head j: the scores, online
+// softmax and P.V of the queries that see them, asking meanwhile for the
+// rows of the chunk ahead.
+template <typename KV>
+PAGODA_TARGET inline __attribute__((always_inline)) void attend_chunk(const cpu::AttentionTile& a,
+                                                                      int j, int64_t t,
+                                                                      const ChunkRows& chunk,
+                                                                      const ChunkRows& ahead,
+                                                                      TileState& st) {
+  const int hd = a.head_dim, count = static_cast<int>(chunk.rows);
+  const int64_t end = t + count;
+  // The chunk's rows are consecutive (stride head_dim) within its block.
+  const auto* k0 = reinterpret_cast<const KV*>(chunk.k);
+  const auto* v0 = reinterpret_cast<const KV*>(chunk.v);
+  ActiveQueries& act = st.act;
+  act.count = 0;
+  for (int r = 0; r < a.rows; ++r) {
+    const int64_t last = a.last_key + r, first = first_visible_key(last, a.sliding_window);
+    if (last < t || first >= end) continue;
+    for (int h = 0; h < a.heads; ++h) {
+      const int i = (j * a.rows + r) * a.heads + h, n = act.count++;
+      act.index[n] = i;
+      act.q[n] = a.q + r * a.q_row_stride + (j * a.heads + h) * hd;
+      act.s[n] = st.scores + i * kKeyChunk;
+      act.acc[n] = st.acc + int64_t{i} * hd;
+      act.lo[n] = static_cast<int>((first > t ? first : t) - t);
+      act.hi[n] = static_cast<int>((last < end - 1 ? last : end - 1) - t);
+    }
+  }
+  // Scores, 4 keys at a time (keys past the chunk repeat its last key).
+  for (int c0 = 0; c0 < count; c0 += 4) {
+    const KV* k[4];
+    for (int c = 0; c < 4; ++c) k[c] = k0 + int64_t{c0 + c < count ? c0 + c : count - 1} * hd;
+    int i = 0;
+    // The first score block asks for the same 4 rows of the chunk ahead.
+    const bool ask = ahead.rows > c0;
+    const char* pf_k = ask ? ahead.k + c0 * ahead.row_bytes : nullptr;
+    const char* pf_v = ask ? ahead.v + c0 * ahead.row_bytes : nullptr;
+    for (; i + kScoreQueries <= act.count; i += kScoreQueries, pf_k = pf_v = nullptr)
+      score_block<kScoreQueries>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
+    for (; i + 2 <= act.count; i += 2, pf_k = pf_v = nullptr)  // decode: a kv head's q heads
+      score_block<2>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
+    for (; i < act.count; ++i, pf_k = pf_v = nullptr)
+      score_block<1>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
+  }
+  // Rows of the chunk ahead past this (shorter) chunk's, all at once.
+  prefetch_rows(ahead, (count + 3) / 4 * 4);
+  for (int n = 0; n < act.count; ++n) {
+    const int i = act.index[n];
+    softmax_chunk(act.s[n], count, act.lo[n], act.hi[n], act.acc[n], hd, st.running_max[i],
+                  st.denom[i]);
+  }
+  int n = 0;
+  const float* const* p = act.s;
+  for (; n + kValueQueries <= act.count; n += kValueQueries)
+    value_rows<kValueQueries>(p + n, v0, hd, count, act.acc + n, hd);
+  for (; n + 2 <= act.count; n += 2) value_rows<2>(p + n, v0, hd, count, act.acc + n, hd);
+  for (; n < act.count; ++n) value_rows<1>(p + n, v0, hd, count, act.acc + n, hd);
+}
+
 template <typename KV>
 PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
-  const int hd = a.head_dim, bs = a.block_size, nq = a.rows * a.heads * a.kv_heads;
-  const int64_t head_stride = int64_t{bs} * hd;  // elements between kv heads' rows in a block
-  float* acc = scratch;                          // [nq][hd]
-  float* scores = acc + nq * hd;                 // [nq][kKeyChunk]
-  float* running_max = scores + nq * kKeyChunk;  // [nq]
-  float* denom = running_max + nq;               // [nq]
-  for (int i = 0; i < nq * hd; ++i) acc[i] = 0.0f;
-  for (int i = 0; i < nq; ++i) running_max[i] = -__builtin_inff(), denom[i] = 0.0f;
+  const int hd = a.head_dim, nq = a.rows * a.heads * a.kv_heads;
+  const int64_t head_stride = int64_t{a.block_size} * hd;  // between kv heads' rows in a block
+  TileState st;
+  st.acc = scratch;
+  st.scores = st.acc + nq * hd;
+  st.running_max = st.scores + nq * kKeyChunk;
+  st.denom = st.running_max + nq;
+  for (int i = 0; i < nq * hd; ++i) st.acc[i] = 0.0f;
+  for (int i = 0; i < nq; ++i) st.running_max[i] = -__builtin_inff(), st.denom[i] = 0.0f;
   const int64_t window = a.sliding_window;
-  auto first_key = [window](int64_t last) { return first_visible_key(last, window); };
+  const int64_t first_key = first_visible_key(a.last_key, window);
   const int64_t last_tile_key = a.last_key + a.rows - 1;
-  ActiveQueries act;
   // The first chunks' rows (already asked for if the thread's previous tile
   // had this one as `next`): from then on each chunk asks for a later one.
-  for (int64_t t = first_key(a.last_key) + kKeyChunk; t < first_key(a.last_key) + kPrefetchKeys;
-       t += kKeyChunk) {
+  for (int64_t t = first_key + kKeyChunk; t < first_key + kPrefetchKeys; t += kKeyChunk) {
     const ChunkRows rows = locate_chunk<KV>(a, t, last_tile_key);
     for (int j = 0; j < a.kv_heads; ++j) prefetch_rows(kv_head_rows<KV>(rows, j, head_stride), 0);
   }
-  for (int64_t t = first_key(a.last_key); t <= last_tile_key;) {
-    const int64_t offset = t % bs;
-    const int64_t cell = offset / kKeyChunk * kKeyChunk;  // the grid cell of t
-    int64_t end = t - offset + (cell + kKeyChunk < bs ? cell + kKeyChunk : bs);
-    if (end > last_tile_key + 1) end = last_tile_key + 1;
-    const int count = static_cast<int>(end - t);
-    // The chunk's rows are consecutive (stride head_dim) within its block.
-    const int64_t rows0 = int64_t{a.block_table[t / bs]} * a.block_stride + offset * hd;
-    const ChunkRows ahead0 = chunk_ahead<KV>(a, t, window);
+  for (int64_t t = first_key; t <= last_tile_key;) {
+    const ChunkRows chunk = locate_chunk<KV>(a, t, last_tile_key);
+    const ChunkRows ahead = chunk_ahead<KV>(a, t, window);
     for (int j = 0; j < a.kv_heads; ++j) {
-      const KV* k0 = static_cast<const KV*>(a.k_head) + rows0 + j * head_stride;
-      const KV* v0 = static_cast<const KV*>(a.v_head) + rows0 + j * head_stride;
-      const ChunkRows ahead = kv_head_rows<KV>(ahead0, j, head_stride);
-      act.count = 0;
-      for (int r = 0; r < a.rows; ++r) {
-        const int64_t last = a.last_key + r, first = first_key(last);
-        if (last < t || first >= end) continue;
-        for (int h = 0; h < a.heads; ++h) {
-          const int i = (j * a.rows + r) * a.heads + h, n = act.count++;
-          act.index[n] = i;
-          act.q[n] = a.q + r * a.q_row_stride + (j * a.heads + h) * hd;
-          act.s[n] = scores + i * kKeyChunk;
-          act.acc[n] = acc + int64_t{i} * hd;
-          act.lo[n] = static_cast<int>((first > t ? first : t) - t);
-          act.hi[n] = static_cast<int>((last < end - 1 ? last : end - 1) - t);
-        }
-      }
-      // Scores, 4 keys at a time (keys past the chunk repeat its last key).
-      for (int c0 = 0; c0 < count; c0 += 4) {
-        const KV* k[4];
-        for (int c = 0; c < 4; ++c) k[c] = k0 + int64_t{c0 + c < count ? c0 + c : count - 1} * hd;
-        int i = 0;
-        // The first score block asks for the same 4 rows of the chunk ahead.
-        const bool ask = ahead.rows > c0;
-        const char* pf_k = ask ? ahead.k + c0 * ahead.row_bytes : nullptr;
-        const char* pf_v = ask ? ahead.v + c0 * ahead.row_bytes : nullptr;
-        for (; i + kScoreQueries <= act.count; i += kScoreQueries, pf_k = pf_v = nullptr)
-          score_block<kScoreQueries>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
-        for (; i + 2 <= act.count; i += 2, pf_k = pf_v = nullptr)  // decode: a kv head's q heads
-          score_block<2>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
-        for (; i < act.count; ++i, pf_k = pf_v = nullptr)
-          score_block<1>(act.q + i, k, hd, a.scale, act.s + i, c0, pf_k, pf_v);
-      }
-      // Rows of the chunk ahead past this (shorter) chunk's, all at once.
-      prefetch_rows(ahead, (count + 3) / 4 * 4);
-      for (int n = 0; n < act.count; ++n) {
-        const int i = act.index[n];
-        softmax_chunk(act.s[n], count, act.lo[n], act.hi[n], act.acc[n], hd, running_max[i],
-                      denom[i]);
-      }
-      int n = 0;
-      const float* const* p = act.s;
-      for (; n + kValueQueries <= act.count; n += kValueQueries)
-        value_rows<kValueQueries>(p + n, v0, hd, count, act.acc + n, hd);
-      for (; n + 2 <= act.count; n += 2) value_rows<2>(p + n, v0, hd, count, act.acc + n, hd);
-      for (; n < act.count; ++n) value_rows<1>(p + n, v0, hd, count, act.acc + n, hd);
+      attend_chunk<KV>(a, j, t, kv_head_rows<KV>(chunk, j, head_stride),
+                       kv_head_rows<KV>(ahead, j, head_stride), st);
     }
-    t = end;
+    t += chunk.rows;
   }
   for (int j = 0; j < a.kv_heads; ++j) {
     for (int r = 0; r < a.rows; ++r) {
       for (int h = 0; h < a.heads; ++h) {
         const int i = (j * a.rows + r) * a.heads + h;
-        scale(acc + int64_t{i} * hd, 1.0f / denom[i],
+        scale(st.acc + int64_t{i} * hd, 1.0f / st.denom[i],
               a.out + r * a.q_row_stride + (j * a.heads + h) * hd, hd);
       }
     }
