@@ -9,6 +9,8 @@
 //   g++ -O2 -std=c++20 -fopenmp -Isrc bench/attention_bench.cpp \
 //       build/libpagoda_ops.a build/libpagoda_core.a -lfmt -o /tmp/attention_bench
 //   /tmp/attention_bench [context] [seqs] [bf16|f32] [threads] [layers]
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +27,25 @@
 
 using namespace pagoda;
 
+namespace {
+
+// Bytes on transparent huge pages where the kernel grants them.
+struct HugeBuffer {
+  uint8_t* bytes;
+  size_t n;
+  explicit HugeBuffer(size_t size) : n(size) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    bytes = static_cast<uint8_t*>(std::aligned_alloc(kHuge, (size + kHuge - 1) / kHuge * kHuge));
+    madvise(bytes, (size + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
+  }
+  ~HugeBuffer() { std::free(bytes); }
+  size_t size() const { return n; }
+  uint8_t& operator[](size_t i) { return bytes[i]; }
+  uint8_t* data() { return bytes; }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const int context = argc > 1 ? std::atoi(argv[1]) : 8192;
   const int seqs = argc > 2 ? std::atoi(argv[2]) : 1;
@@ -37,7 +58,8 @@ int main(int argc, char** argv) {
   const int64_t num_blocks = int64_t{blocks_per_seq} * seqs;
   const size_t elems = static_cast<size_t>(num_blocks) * kv_heads * bs * hd;
   const size_t esize = bf16 ? 2 : 4;
-  std::vector<uint8_t> k(elems * esize * layers), v(elems * esize * layers);
+  // The engine's KV pool lies on 2 MiB pages (kv/kv_storage.cpp); so do these.
+  HugeBuffer k(elems * esize * layers), v(elems * esize * layers);
   std::mt19937 rng(0);
   for (size_t i = 0; i < k.size(); i += 2) {  // small random bf16/f32 bit patterns
     const uint16_t b = 0x3c00 + (rng() & 0x3ff);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/parallel.h"
@@ -38,27 +39,40 @@ double best_rate(int min_runs, int max_runs, double seconds, Run run) {
 // Best rate (ops/s) of the kind's loop run on every thread at once.
 double peak_rate(PeakKind kind, int threads, double seconds) {
   if (!peak_supported(kind)) return 0;
-  // Calibrate on one thread: iterations for ~seconds / 4 per run.
+  // Calibrate on one thread: iterations for ~seconds / 8 per run.
   int64_t iters = 1 << 12;
+  double one_thread = 0;  // ops/s
   for (;;) {
     const auto t0 = Clock::now();
-    run_peak_loop(kind, iters);
+    const double ops = run_peak_loop(kind, iters);
     const double s = seconds_since(t0);
     if (s > seconds / 16 || iters > (int64_t{1} << 40)) {
-      iters = std::max<int64_t>(1, static_cast<int64_t>(iters * (seconds / 4) / std::max(s, 1e-9)));
+      one_thread = ops / std::max(s, 1e-9);
+      iters = std::max<int64_t>(1, static_cast<int64_t>(iters * (seconds / 8) / std::max(s, 1e-9)));
       break;
     }
     iters *= 4;
   }
   std::vector<double> ops(threads);
-  return best_rate(3, 3, 0, [&] {
+  auto all_threads = [&] {
     parallel_for(threads, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) ops[t] = run_peak_loop(kind, iters);
     });
     double total = 0;
     for (double o : ops) total += o;
     return total;
-  });
+  };
+  // On a shared host (a VM's vCPUs) the threads sometimes do not run
+  // together for a whole probe, which then reports a fraction of the peak
+  // (one in ~12 probes here read 117 of 234 GFLOP/s). Below 3/4 of the
+  // threads' single-thread sum, wait a moment and measure again.
+  double best = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    best = std::max(best, best_rate(6, 6, 0, all_threads));
+    if (best >= 0.75 * threads * one_thread) break;
+  }
+  return best;
 }
 
 double read_rate(int threads, double seconds, int64_t bytes) {
