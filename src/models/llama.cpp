@@ -183,6 +183,7 @@ class LlamaModel final : public CausalLM {
   bool repack_;
   DType weight_dtype_ = DType::F32;  // as stored in the checkpoint
   ops::Matrix embed_tokens_, lm_head_;
+  bool embedding_rows_in_mapping_ = false;  // see embed()
   const float* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;
@@ -245,7 +246,11 @@ void LlamaModel::load(const LlamaVariant& variant) {
     // An int8 head is no longer the embedding: lookups read the checkpoint.
     lm_head_ = prepared(lm_head_, c.tie_word_embeddings);
   }
-  if (embed_tokens_.data != lm_head_.data) weights_.advise_random_rows(embed_tokens_);
+  // A table of its own read in place: lookups fault single rows in, and
+  // embed() unmaps them again.
+  embedding_rows_in_mapping_ =
+      embed_tokens_.data != lm_head_.data && weights_.in_mapping(embed_tokens_);
+  if (embedding_rows_in_mapping_) weights_.advise_random_rows(embed_tokens_);
 }
 
 ops::Matrix LlamaModel::prepared(const ops::Matrix& m, bool source_still_used) {
@@ -304,18 +309,20 @@ void LlamaModel::embed(const BatchMetadata& batch, int64_t tokens) {
   const int64_t h = config_.hidden_size;
   if (shard_.size == 1) {
     ops::embedding(batch.token_ids.data(), tokens, embed_tokens_, ws_.residual.data());
-    return;
-  }
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int32_t local = static_cast<int32_t>(batch.token_ids[t] - shard_.vocab_begin);
-    float* row = ws_.residual.data() + t * h;
-    if (local >= 0 && local < shard_.vocab_count) {
-      ops::embedding(&local, 1, embed_tokens_, row);
-    } else {
-      std::memset(row, 0, static_cast<size_t>(h) * sizeof(float));
+  } else {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int32_t local = static_cast<int32_t>(batch.token_ids[t] - shard_.vocab_begin);
+      float* row = ws_.residual.data() + t * h;
+      if (local >= 0 && local < shard_.vocab_count) {
+        ops::embedding(&local, 1, embed_tokens_, row);
+      } else {
+        std::memset(row, 0, static_cast<size_t>(h) * sizeof(float));
+      }
     }
   }
-  comm_.all_reduce_sum(ws_.residual.data(), tokens * h);
+  // One madvise a step keeps the rows just read from staying resident.
+  if (embedding_rows_in_mapping_) weights_.release_rows(embed_tokens_);
+  if (shard_.size > 1) comm_.all_reduce_sum(ws_.residual.data(), tokens * h);
 }
 
 // Vocab-parallel LM head: each rank computes its slice of the vocabulary,

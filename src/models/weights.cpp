@@ -175,6 +175,10 @@ void WeightStore::advise_random_rows(const ops::Matrix& m) {
   if (owner_of(m.data) == nullptr) advise_pages(m.data, matrix_bytes(m), MADV_RANDOM);
 }
 
+void WeightStore::release_rows(const ops::Matrix& m) {
+  if (in_mapping(m)) release_pages(m.data, matrix_bytes(m));
+}
+
 WeightStore::OwnedBuffer* WeightStore::owner_of(const void* data) {
   const auto* p = static_cast<const uint8_t*>(data);
   for (auto& buffer : owned_) {

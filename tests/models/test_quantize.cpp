@@ -133,5 +133,21 @@ TEST(QuantizedModel, OnlyTheInt8CopiesStayResident) {
   EXPECT_LT(resident, linear_int8 / 2) << "resident " << resident << " int8 " << linear_int8;
 }
 
+TEST(QuantizedModel, EmbeddingLookupsLeaveNoPageMapped) {
+  // A tied bf16 model with int8 weights: the head is an int8 copy, so
+  // lookups read the checkpoint's embedding rows in place; each step unmaps
+  // them again, so tokens seen do not add to the resident set (fault-around
+  // maps 64 KiB around each row, which would add up to the whole table).
+  TempDir tmp;
+  const std::string dir = tiny_checkpoint(
+      tmp, "--arch qwen3 --dtype bf16 --tied --hidden 256 --intermediate 512 --layers 2 --seed 3");
+  auto q8 = load_model(dir, parallel::single_process(), Quantization::Int8);
+  const int64_t after_load = resident_checkpoint_bytes();
+  std::vector<int32_t> prompt;
+  for (int32_t t = 1; t < 60; ++t) prompt.push_back(t * 8 % q8->config().vocab_size);
+  test::prefill_and_decode(*q8, prompt, 511);
+  EXPECT_EQ(resident_checkpoint_bytes(), after_load);
+}
+
 }  // namespace
 }  // namespace pagoda
