@@ -172,7 +172,7 @@ ops::Matrix WeightStore::repack(const ops::Matrix& source, bool source_still_use
 }
 
 void WeightStore::advise_random_rows(const ops::Matrix& m) {
-  if (owner_of(m.data) == nullptr) advise_pages(m.data, matrix_bytes(m), MADV_RANDOM);
+  if (in_mapping(m)) advise_pages(m.data, matrix_bytes(m), MADV_RANDOM);
 }
 
 void WeightStore::release_rows(const ops::Matrix& m) {
