@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/packed.h"
 #include "ops/quant.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -173,6 +174,45 @@ TEST_P(QuantLinear, CloseToFloatLinear) {
   EXPECT_LT(rel, 0.02);
   EXPECT_GT(rel, 1e-4);  // it is quantized at all
   RecordProperty("relative_rms_error", std::to_string(rel));
+}
+
+TEST_P(QuantLinear, LinearMultiWithInt8OutputsEqualsSeparateCalls) {
+  // One linear_multi quantizes x once and splits every output's columns in
+  // one go: int8 (row-major and packed, the packed one into half of a
+  // shared buffer) next to an f32 output, as q/k/v or gate/up are called.
+  std::mt19937 rng(14);
+  const int64_t k = 96;
+  const QuantMatrix a(random_vec(70 * k, rng), 70, k), b(random_vec(130 * k, rng), 130, k);
+  std::vector<uint8_t> panels(packed_bytes(130, k, DType::I8) + 64);
+  void* at = panels.data() + (64 - reinterpret_cast<uintptr_t>(panels.data()) % 64) % 64;
+  const Matrix b_packed = pack_matrix(b.m, at);
+  ASSERT_TRUE(b_packed.packed);
+  const auto cf = random_vec(40 * k, rng);
+  const Matrix c{cf.data(), DType::F32, 40, k};
+  const auto bias = random_vec(130, rng);
+  for (int threads : {1, 2}) {
+    ScopedThreads scoped(threads);
+    for (int64_t m : {1, 7}) {
+      const auto x = activations(m, k, rng);
+      std::vector<float> ya(m * 70), ybc(m * 170), ea(m * 70), eb(m * 130), ec(m * 40);
+      const LinearOutput outs[3] = {{&a.m, nullptr, ya.data()},
+                                    {&b_packed, bias.data(), ybc.data(), 170},
+                                    {&c, nullptr, ybc.data() + 130, 170}};
+      linear_multi(x.data(), m, outs, 3);
+      linear(x.data(), m, a.m, nullptr, ea.data());
+      linear(x.data(), m, b.m, bias.data(), eb.data());
+      linear(x.data(), m, c, nullptr, ec.data());
+      EXPECT_EQ(ya, ea) << "m " << m << " threads " << threads;
+      for (int64_t r = 0; r < m; ++r) {
+        EXPECT_TRUE(
+            std::equal(eb.begin() + r * 130, eb.begin() + (r + 1) * 130, ybc.begin() + r * 170))
+            << "row " << r << " threads " << threads;
+        EXPECT_TRUE(
+            std::equal(ec.begin() + r * 40, ec.begin() + (r + 1) * 40, ybc.begin() + r * 170 + 130))
+            << "row " << r << " threads " << threads;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, QuantLinear, ::testing::ValuesIn(supported_isas()),

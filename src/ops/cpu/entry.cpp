@@ -46,7 +46,7 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
                "linear_multi: {} outputs (1 to {} allowed)", count, kMaxLinearOutputs);
   if (m <= 0) return;
   const int64_t k = outs[0].w->cols;
-  bool all_bf16 = true, any_packed = false;
+  bool all_bf16 = true, any_packed = false, any_i8 = false;
   for (int i = 0; i < count; ++i) {
     const Matrix& w = *outs[i].w;
     PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8,
@@ -56,13 +56,13 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
                  outs[i].ldy, w.rows);
     PAGODA_CHECK(!w.packed || w.dtype == DType::I8 || (w.dtype == DType::BF16 && k % 2 == 0),
                  "linear: packed {} weights with {} cols", dtype_name(w.dtype), k);
+    if (w.dtype == DType::I8) cpu::check_i8(w);
     all_bf16 = all_bf16 && w.dtype == DType::BF16;
     any_packed = any_packed || (w.packed && w.dtype == DType::BF16);
+    any_i8 = any_i8 || w.dtype == DType::I8;
   }
-  for (int i = 0; i < count; ++i) {  // int8 weights quantize x themselves
-    const LinearOutput& o = outs[i];
-    if (o.w->dtype == DType::I8 && o.w->rows > 0) cpu::linear_i8(x, m, *o.w, o.bias, o.y, o.ldy);
-  }
+  // int8 weights take x quantized, once for all of them (ops/quant.h).
+  const cpu::QuantizedRows xq = any_i8 ? cpu::quantize_activations(x, m, k) : cpu::QuantizedRows{};
   const cpu::KernelTable& kt = cpu::active_kernels();
   // Row-major bf16 weights take the dot-product kernel when every output
   // does (one rounding of x); packed ones whenever the ISA has the kernel.
@@ -71,12 +71,12 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   const uint16_t* xb = bf16_dot || packed_native ? bf16_activations(kt, x, m, k) : nullptr;
   // Output i owns units [unit_begin[i], unit_begin[i + 1]) of the split; a
   // unit is kColumnUnit columns, or one panel of packed weights.
+  static_assert(kColumnUnit == cpu::kI8ColumnUnit);
   auto unit_cols = [](const Matrix& w) { return w.packed ? kPackedCols : kColumnUnit; };
   int64_t unit_begin[kMaxLinearOutputs + 1] = {0};
   for (int i = 0; i < count; ++i) {
     const Matrix& w = *outs[i].w;
-    const int64_t rows = w.dtype == DType::I8 ? 0 : w.rows;
-    unit_begin[i + 1] = unit_begin[i] + (rows + unit_cols(w) - 1) / unit_cols(w);
+    unit_begin[i + 1] = unit_begin[i] + (w.rows + unit_cols(w) - 1) / unit_cols(w);
   }
   const int64_t units = unit_begin[count];
   if (units == 0) return;
@@ -90,7 +90,11 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
       const LinearOutput& o = outs[i];
       const int64_t n = o.w->rows, ldy = o.ldy ? o.ldy : n;
       const int64_t u_lo = lo - unit_begin[i], u_hi = hi - unit_begin[i];
-      if (o.w->packed) {  // bf16: I8 outputs own no units
+      if (o.w->dtype == DType::I8) {
+        cpu::linear_i8_units(xq, m, *o.w, o.bias, o.y, ldy, u_lo, u_hi);
+        continue;
+      }
+      if (o.w->packed) {  // bf16
         const auto* w = static_cast<const uint16_t*>(o.w->data);
         if (packed_native) {
           kt.linear_bf16_packed(xb, m, w, k, n, ldy, o.bias, o.y, u_lo, u_hi);

@@ -40,9 +40,23 @@ const QuantKernelTable* avx512_vnni_quant_kernels();
 // has it and the AVX2 kernels otherwise.
 const QuantKernelTable& active_quant_kernels();
 
-// ops::linear for I8 weights (entry.cpp forwards here).
-void linear_i8(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
-               int64_t ldy);
+// Refuses what is not an I8 matrix the kernels take.
+void check_i8(const Matrix& w);
+
+// x [m, k] quantized (ops/quant.h) into buffers of the calling thread that
+// only grow: the activations every I8 output of one linear_multi shares.
+struct QuantizedRows {
+  const int8_t* q = nullptr;
+  const float* scales = nullptr;
+};
+QuantizedRows quantize_activations(const float* x, int64_t m, int64_t k);
+
+// Output units [u0, u1) of y = x w^T for I8 weights w (check_i8), a unit
+// being one panel of packed weights or kI8ColumnUnit columns: the share of
+// one thread, so that linear_multi splits all its outputs in one go.
+constexpr int64_t kI8ColumnUnit = 16;  // a multiple of every tile width
+void linear_i8_units(const QuantizedRows& x, int64_t m, const Matrix& w, const float* bias,
+                     float* y, int64_t ldy, int64_t u0, int64_t u1);
 
 // The float epilogue every variant shares (ref::linear_i8_quantized spells
 // it the same way). The bias is added with an explicit fma: compilers may
