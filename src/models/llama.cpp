@@ -83,8 +83,6 @@ struct Shard {
   }
 };
 
-// Scratch activations, sized for the largest batch seen so far; reused by
-// every step so the forward pass does not allocate per token.
 // Tokens per pass of the MLP: its two intermediate buffers (3 x
 // intermediate floats a token, 36 KiB for Qwen3-0.6B) are sized for this many
 // rather than the whole step, which keeps a 2048-token prefill's activations
@@ -92,6 +90,8 @@ struct Shard {
 // the GEMM do not depend on the batch, so slicing changes no result.
 constexpr int64_t kMlpSliceTokens = 512;
 
+// Scratch activations, sized for the largest batch seen so far; reused by
+// every step so the forward pass does not allocate per token.
 struct Workspace {
   std::vector<float> residual, hidden, q, k, v, attn, proj, gate_up, act, selected;
   std::vector<float> local_logits, gathered_logits;  // tensor parallel only

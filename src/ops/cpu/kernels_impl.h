@@ -446,6 +446,12 @@ PAGODA_TARGET inline ChunkRows kv_head_rows(ChunkRows c, int j, int64_t head_str
   return c;
 }
 
+// The number in the tile's state (TileState) of the query of kv head j,
+// row r and q head h.
+inline int tile_query(const cpu::AttentionTile& a, int j, int r, int h) {
+  return (j * a.rows + r) * a.heads + h;
+}
+
 // A tile's running state: per query, its unnormalised output, one chunk's
 // scores (then weights), running maximum and softmax denominator.
 struct TileState {
@@ -476,7 +482,7 @@ PAGODA_TARGET inline __attribute__((always_inline)) void attend_chunk(const cpu:
     const int64_t last = a.last_key + r, first = first_visible_key(last, a.sliding_window);
     if (last < t || first >= end) continue;
     for (int h = 0; h < a.heads; ++h) {
-      const int i = (j * a.rows + r) * a.heads + h, n = act.count++;
+      const int i = tile_query(a, j, r, h), n = act.count++;
       act.index[n] = i;
       act.q[n] = a.q + r * a.q_row_stride + (j * a.heads + h) * hd;
       act.s[n] = st.scores + i * kKeyChunk;
@@ -548,7 +554,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   for (int j = 0; j < a.kv_heads; ++j) {
     for (int r = 0; r < a.rows; ++r) {
       for (int h = 0; h < a.heads; ++h) {
-        const int i = (j * a.rows + r) * a.heads + h;
+        const int i = tile_query(a, j, r, h);
         scale(st.acc + int64_t{i} * hd, 1.0f / st.denom[i],
               a.out + r * a.q_row_stride + (j * a.heads + h) * hd, hd);
       }
