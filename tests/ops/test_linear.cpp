@@ -144,6 +144,7 @@ TEST(LinearMultiChecks, BadCallsThrowNamingTheProblemBeforeWritingAnything) {
   const Matrix good{w.data(), DType::F32, n, k};
   const Matrix wide{w.data(), DType::F32, n, k + 1};
   const Matrix f16{w.data(), DType::F16, n, k};
+  const Matrix i8_without_scales{w.data(), DType::I8, n, k};
   const std::vector<float> untouched(m * n, -1.0f);
   std::vector<float> y0 = untouched, y1 = untouched;
   const LinearOutput first{&good, nullptr, y0.data()};
@@ -162,6 +163,7 @@ TEST(LinearMultiChecks, BadCallsThrowNamingTheProblemBeforeWritingAnything) {
       {{first, {&wide, nullptr, y1.data()}}, 2, "linear_multi: output 1 has 9 cols, x has 8"},
       {{first, {&good, nullptr, y1.data(), n - 1}}, 2, "linear: output stride 3 < 4 rows"},
       {{first, {&f16, nullptr, y1.data()}}, 2, "linear: unsupported weight dtype F16"},
+      {{first, {&i8_without_scales, nullptr, y1.data()}}, 2, "linear: not an I8 matrix (I8)"},
   };
   for (const BadCall& call : bad_calls) {
     EXPECT_THAT([&] { linear_multi(x.data(), m, call.outs.data(), call.count); },
