@@ -129,6 +129,40 @@ TEST(Generate, SeededSamplingIsReproducible) {
   EXPECT_EQ(a[1].token_ids, b[0].token_ids);
 }
 
+// Rows of a step are sampled in parallel: each request's tokens, logprobs
+// and penalties must come from its own logits and rng, whatever its
+// neighbours and the thread that sampled it.
+TEST(Generate, SampledRowsOfABatchEqualEachRequestAlone) {
+  LLM llm(PAGODA_MODELS_DIR "/stories260k");
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog",  "Lily saw",
+                                            "One day",          "Tom and his mom", "The sun"};
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p;
+    p.temperature = 0.8f + 0.1f * static_cast<float>(i % 3);
+    p.top_k = 20;
+    p.repetition_penalty = i % 2 ? 1.3f : 1.0f;
+    p.frequency_penalty = i % 3 == 0 ? 0.5f : 0.0f;
+    p.logprobs = 2;
+    p.max_tokens = 24;
+    p.seed = 100 + i;
+    params.push_back(p);
+  }
+  std::vector<Prompt> batch;
+  for (const std::string& p : prompts) batch.push_back(Prompt::from_text(p));
+  const auto together = llm.generate(batch, params);
+  ASSERT_EQ(together.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = llm.generate({batch[i]}, {params[i]})[0];
+    EXPECT_EQ(together[i].token_ids, alone.token_ids) << prompts[i];
+    ASSERT_EQ(together[i].logprobs.size(), alone.logprobs.size()) << prompts[i];
+    for (size_t t = 0; t < alone.logprobs.size(); ++t) {
+      EXPECT_EQ(together[i].logprobs[t].token, alone.logprobs[t].token);
+      EXPECT_EQ(together[i].logprobs[t].top_logprobs, alone.logprobs[t].top_logprobs);
+    }
+  }
+}
+
 TEST(Generate, StopStringEndsGenerationAndIsCut) {
   LLM llm(PAGODA_MODELS_DIR "/stories260k");
   SamplingParams p = greedy(64);
