@@ -357,11 +357,14 @@ std::vector<RequestOutput> LLMEngine::step() {
   parallel_for(rows, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       Request& r = request_of(i);
-      const std::span<const int32_t> stop_ids =
-          r.params.ignore_eos ? std::span<const int32_t>() : std::span<const int32_t>(eos_ids_);
-      std::vector<int32_t> all_stop_ids(stop_ids.begin(), stop_ids.end());
-      all_stop_ids.insert(all_stop_ids.end(), r.params.stop_token_ids.begin(),
-                          r.params.stop_token_ids.end());
+      // The stop ids matter only while min_tokens masks them (sample_token):
+      // no list is built for the other steps.
+      std::vector<int32_t> all_stop_ids;
+      if (static_cast<int>(r.output_ids.size()) < r.params.min_tokens) {
+        if (!r.params.ignore_eos) all_stop_ids = eos_ids_;
+        all_stop_ids.insert(all_stop_ids.end(), r.params.stop_token_ids.begin(),
+                            r.params.stop_token_ids.end());
+      }
       sampled[i] = sample_token(std::span<float>(logits_of(i), vocab), r.params, r.prompt_ids,
                                 r.output_ids, all_stop_ids, r.rng);
     }

@@ -163,6 +163,24 @@ TEST(Generate, SampledRowsOfABatchEqualEachRequestAlone) {
   }
 }
 
+// min_tokens masks the stop ids in the engine's step: a stop token the
+// model picks greedily at output 3 ends the request there without it, and
+// cannot appear among the first 6 outputs with min_tokens = 6.
+TEST(Generate, MinTokensHoldsBackStopTokenIds) {
+  LLM llm(PAGODA_MODELS_DIR "/stories260k");
+  const Golden golden = load_goldens(PAGODA_MODELS_DIR "/stories260k/golden.jsonl")[0];
+  const int32_t stop = golden.greedy_ids[3];
+  SamplingParams p = greedy(16);
+  p.stop_token_ids = {stop};
+  const auto early = llm.generate({golden.prompt}, p)[0];
+  EXPECT_EQ(early.finish_reason, FinishReason::Stop);
+  EXPECT_LE(early.token_ids.size(), 4u);
+  p.min_tokens = 6;
+  const auto held = llm.generate({golden.prompt}, p)[0];
+  ASSERT_GE(held.token_ids.size(), 6u);
+  for (int t = 0; t < 6; ++t) EXPECT_NE(held.token_ids[t], stop) << t;
+}
+
 TEST(Generate, StopStringEndsGenerationAndIsCut) {
   LLM llm(PAGODA_MODELS_DIR "/stories260k");
   SamplingParams p = greedy(64);
