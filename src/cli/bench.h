@@ -33,9 +33,13 @@ struct BenchModelArgs {
 // they come last in --help as in every other command.
 void add_bench_model_flags(CLI::App* cmd, BenchModelArgs* args);
 
-// Peak resident set of this process so far (getrusage), and the current one.
+// Peak resident set of this process so far (VmHWM), and the current one.
 int64_t peak_rss_bytes();
 int64_t current_rss_bytes();
+// Restarts the peak from the current resident set (Linux clear_refs), so
+// that memory a benchmark used for itself and freed (the roofline probe's
+// read buffer) is not reported as the engine's; false if the kernel refused.
+bool restart_peak_rss();
 
 // Median of a non-empty list.
 double median(std::vector<double> v);

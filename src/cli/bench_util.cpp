@@ -9,9 +9,28 @@
 namespace pagoda::cli {
 
 int64_t peak_rss_bytes() {
+  // VmHWM rather than getrusage's ru_maxrss: only the former restarts with
+  // clear_refs (ru_maxrss also keeps the peak of threads that have exited).
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f) {
+    char line[256];
+    long kib = -1;
+    while (std::fgets(line, sizeof line, f)) {
+      if (std::sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    }
+    std::fclose(f);
+    if (kib >= 0) return int64_t{kib} * 1024;
+  }
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return int64_t{u.ru_maxrss} * 1024;  // Linux reports KiB
+}
+
+bool restart_peak_rss() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool written = std::fputs("5", f) >= 0;  // 5: reset the peak RSS
+  return std::fclose(f) == 0 && written;
 }
 
 int64_t current_rss_bytes() {
