@@ -117,8 +117,9 @@ int run_latency(LatencyArgs& a) {
         a.batch, a.input_len, a.output_len, a.batch * per_request, slots);
   }
   // The peak so far is the engine's load (mapping, repacking, KV pool). The
-  // roofline probe then reads a buffer of its own (512 MiB) and frees it:
-  // its peak is forgotten, so the one reported is the engine's alone.
+  // roofline probe then reads a buffer of its own (measure_roofline's
+  // read_bytes, 512 MiB by default) and frees it: its peak is forgotten,
+  // so the one reported is the engine's alone.
   const int64_t load_peak_rss = peak_rss_bytes();
   ops::Roofline roof;
   bool probe_in_peak = false;
