@@ -11,13 +11,6 @@
 
 namespace pagoda {
 
-// The KV pool's layer groups and size constraints (same on every rank).
-struct KVPoolShape {
-  std::vector<KVCacheGroup> groups;
-  int64_t bytes_per_block = 0;
-  int64_t min_blocks = 0;
-};
-
 namespace {
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
@@ -88,25 +81,9 @@ DType kv_dtype_of(const CausalLM& model, const EngineOptions& options) {
   return resolve_kv_cache_dtype(options.kv_cache_dtype, model.weight_dtype());
 }
 
-KVPoolShape kv_pool_shape(const CausalLM& model, int32_t block_size, int64_t max_model_len,
-                          DType kv_dtype) {
-  KVPoolShape s;
-  // KV pool: a block holds block_size positions of one layer per group slot.
-  const KVCacheSpec spec = model.kv_cache_spec();
-  s.groups = make_kv_cache_groups(spec.layer_sliding_window);
-  size_t slots = 0;
-  for (const KVCacheGroup& g : s.groups) slots = std::max(slots, g.layers.size());
-  s.bytes_per_block = static_cast<int64_t>(slots) * 2 * spec.num_kv_heads * spec.head_dim *
-                      static_cast<int64_t>(dtype_size(kv_dtype)) * block_size;
-  // One sequence of max_model_len must fit: a full group needs every block,
-  // a sliding group only those in its window (+1 partial, +1 being filled).
-  const int64_t blocks_per_seq = (max_model_len + block_size - 1) / block_size;
-  for (const KVCacheGroup& g : s.groups) {
-    s.min_blocks += g.sliding_window == 0
-                        ? blocks_per_seq
-                        : std::min(blocks_per_seq, g.sliding_window / block_size + 2);
-  }
-  return s;
+// The KV pool's groups and pools for this model's caches (same on every rank).
+KVCachePlan kv_cache_plan(const CausalLM& model, const EngineOptions& options) {
+  return plan_kv_cache(model.kv_cache_specs(kv_dtype_of(model, options)), options.block_size);
 }
 
 }  // namespace
@@ -123,9 +100,8 @@ void LLMEngine::run_worker(const std::string& model_dir, const EngineOptions& op
     parallel::mark_exit_agreed();
     throw_input_error("rank {}: rank 0 failed to start the engine (see its message)", comm.rank());
   }
-  const DType kv_dtype = kv_dtype_of(*model, options);
-  const KVPoolShape shape = kv_pool_shape(*model, options.block_size, 1, kv_dtype);
-  ModelRunner runner(*model, shape.groups, num_blocks, options.block_size, kv_dtype, comm);
+  ModelRunner runner(*model, kv_cache_plan(*model, options), num_blocks,
+                     kv_dtype_of(*model, options), comm);
   runner.serve_worker();
   report_weight_memory(*model, comm);
 }
@@ -142,9 +118,9 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
   // From here until the workers know the KV pool size, a failure must be
   // sent to them (num_blocks = -1) before it propagates.
   int64_t num_blocks = -1;
-  KVPoolShape shape;
+  KVCachePlan plan;
   try {
-    init_after_load(model_dir, options, &num_blocks, &shape);
+    init_after_load(model_dir, options, &num_blocks, &plan);
   } catch (...) {
     if (comm_.size() > 1) {
       num_blocks = -1;
@@ -154,19 +130,19 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
     throw;
   }
   if (comm_.size() > 1) comm_.broadcast(&num_blocks, sizeof(num_blocks), 0);
-  kv_ = std::make_unique<KVCacheManager>(shape.groups, static_cast<int32_t>(num_blocks),
-                                         options.block_size, options.enable_prefix_caching);
+  kv_ = std::make_unique<KVCacheManager>(plan, static_cast<int32_t>(num_blocks),
+                                         options.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size,
                       options.scheduling_policy},
       *kv_);
-  runner_ = std::make_unique<ModelRunner>(*model_, shape.groups, num_blocks, options.block_size,
-                                          kv_dtype_of(*model_, options), comm_);
+  runner_ = std::make_unique<ModelRunner>(*model_, plan, num_blocks, kv_dtype_of(*model_, options),
+                                          comm_);
   if (options.prefault_kv_cache) runner_->prefault_kv_cache();
 }
 
 void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,
-                                int64_t* num_blocks_out, KVPoolShape* shape_out) {
+                                int64_t* num_blocks_out, KVCachePlan* plan_out) {
   tokenizer_ = Tokenizer::load(model_dir);
   const ModelConfig& config = model_->config();
   max_model_len_ =
@@ -177,9 +153,11 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
   if (eos_ids_.empty() && tokenizer_->eos_token_id())
     eos_ids_.push_back(*tokenizer_->eos_token_id());
 
-  KVPoolShape& shape = *shape_out;
-  shape = kv_pool_shape(*model_, options.block_size, max_model_len_, kv_dtype_of(*model_, options));
-  const int64_t bytes_per_block = shape.bytes_per_block, min_blocks = shape.min_blocks;
+  KVCachePlan& plan = *plan_out;
+  plan = kv_cache_plan(*model_, options);
+  // One sequence of max_model_len must fit in every pool.
+  const int64_t bytes_per_block = plan.bytes_per_block();
+  const int64_t min_blocks = plan.min_blocks(max_model_len_);
   int64_t budget = options.kv_cache_memory;
   if (budget <= 0) {  // enough for max_num_seqs full-length sequences, within half the free RAM
     budget = std::min<int64_t>(min_blocks * bytes_per_block * options.max_num_seqs,
@@ -200,8 +178,8 @@ EngineStats LLMEngine::stats() const {
   EngineStats s;
   s.num_running = scheduler_->num_running();
   s.num_waiting = scheduler_->num_waiting();
-  s.kv_blocks_total = kv_->pool().num_blocks();
-  s.kv_blocks_free = kv_->pool().num_free();
+  s.kv_blocks_total = kv_->num_blocks();
+  s.kv_blocks_free = kv_->num_free_blocks();
   s.prefix_cache_queried_tokens = kv_->queried_tokens();
   s.prefix_cache_hit_tokens = kv_->hit_tokens();
   return s;

@@ -83,8 +83,6 @@ struct RequestOutput {
   RequestMetrics metrics;
 };
 
-struct KVPoolShape;
-
 class LLMEngine {
  public:
   // Under tensor parallelism this is rank 0's engine (scheduler, tokenizer,
@@ -101,8 +99,9 @@ class LLMEngine {
   const ModelConfig& model_config() const { return model_->config(); }
   const CausalLM& model() const { return *model_; }
   int64_t max_model_len() const { return max_model_len_; }
-  int32_t num_kv_blocks() const { return kv_->pool().num_blocks(); }
-  int32_t num_free_kv_blocks() const { return kv_->pool().num_free(); }
+  // Blocks per KV pool, and the fewest free in any pool.
+  int32_t num_kv_blocks() const { return kv_->num_blocks(); }
+  int32_t num_free_kv_blocks() const { return kv_->num_free_blocks(); }
   const KVCacheManager& kv_cache() const { return *kv_; }
   size_t kv_cache_bytes() const { return runner_->kv_storage_bytes(); }
   // The KV cache's resolved element type (F32 or BF16).
@@ -137,7 +136,7 @@ class LLMEngine {
 
  private:
   void init_after_load(const std::string& model_dir, const EngineOptions& options,
-                       int64_t* num_blocks, KVPoolShape* shape);
+                       int64_t* num_blocks, KVCachePlan* plan);
   void append_token(Request& r, const SampledToken& sampled);
   RequestOutput make_output(Request& r, size_t num_new_tokens);
   void finish(Request& r, FinishReason reason);

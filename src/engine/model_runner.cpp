@@ -68,34 +68,14 @@ void deserialize(const std::vector<uint8_t>& buf, BatchMetadata& b) {
 
 }  // namespace
 
-ModelRunner::ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& groups,
-                         int64_t num_blocks, int32_t block_size, DType kv_dtype,
-                         parallel::Communicator& comm)
+ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan, int64_t num_blocks,
+                         DType kv_dtype, parallel::Communicator& comm)
     : model_(model),
       comm_(comm),
-      block_size_(block_size),
+      plan_(plan),
       vocab_size_(model.config().vocab_size),
-      num_groups_(groups.size()) {
-  const KVCacheSpec spec = model.kv_cache_spec();
-  // Layer j of every group lives in storage slot j (see kv_cache_manager.h).
-  size_t slots = 0;
-  for (const KVCacheGroup& g : groups) slots = std::max(slots, g.layers.size());
-  storage_ = std::make_unique<KVStorage>(static_cast<int64_t>(slots), num_blocks,
-                                         block_size * spec.num_kv_heads * spec.head_dim, kv_dtype);
-  view_.layout = {block_size, static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim),
-                  kv_dtype};
-  view_.k.resize(spec.num_layers);
-  view_.v.resize(spec.num_layers);
-  view_.layer_group.resize(spec.num_layers);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t j = 0; j < groups[g].layers.size(); ++j) {
-      const int32_t layer = groups[g].layers[j];
-      view_.k[layer] = storage_->k(static_cast<int64_t>(j));
-      view_.v[layer] = storage_->v(static_cast<int64_t>(j));
-      view_.layer_group[layer] = static_cast<int32_t>(g);
-    }
-  }
-  batch_.kv_groups.resize(groups.size());
+      kv_memory_(plan_, num_blocks, kv_dtype) {
+  batch_.kv_groups.resize(plan_.groups.size());
 }
 
 void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* sampling_rows) {
@@ -107,7 +87,8 @@ void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* samp
   b.logits_indices.clear();
   sampling_rows->clear();
 
-  for (size_t g = 0; g < num_groups_; ++g) {
+  const size_t num_groups = plan_.groups.size();
+  for (size_t g = 0; g < num_groups; ++g) {
     KVGroupMetadata& gm = b.kv_groups[g];
     gm.slot_mapping.clear();
     gm.block_tables.clear();
@@ -124,12 +105,12 @@ void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* samp
       b.token_ids.push_back(r.token_at(pos));
       b.positions.push_back(static_cast<int32_t>(pos));
     }
-    for (size_t g = 0; g < num_groups_; ++g) {
+    for (size_t g = 0; g < num_groups; ++g) {
       KVGroupMetadata& gm = b.kv_groups[g];
+      const KVCacheSpec& spec = plan_.groups[g].spec;
       const std::vector<int32_t>& table = r.kv.block_tables[g];
       for (int64_t pos = start; pos < end; ++pos) {
-        gm.slot_mapping.push_back(static_cast<int64_t>(table[pos / block_size_]) * block_size_ +
-                                  pos % block_size_);
+        gm.slot_mapping.push_back(spec.slot_of_position(table, pos, plan_.block_size));
       }
       // Released (-1) entries of sliding-window groups are never read; 0 keeps them in range.
       for (int32_t block : table) gm.block_tables.push_back(std::max(block, 0));
@@ -145,7 +126,7 @@ void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* samp
   logits_.resize(b.logits_indices.size() * vocab_size_);
   in_step_ = true;
   if (comm_.size() > 1) broadcast_step(kStep);
-  model_.forward(b, view_, logits_.data());
+  model_.forward(b, kv_memory_.view(), logits_.data());
   in_step_ = false;
 }
 
@@ -171,7 +152,7 @@ int64_t ModelRunner::serve_worker() {
     message_.resize(static_cast<size_t>(header[1]));
     if (header[1] > 0) comm_.broadcast(message_.data(), header[1], 0);
     deserialize(message_, batch_);
-    model_.forward(batch_, view_, nullptr);
+    model_.forward(batch_, kv_memory_.view(), nullptr);
     ++steps;
   }
 }

@@ -7,7 +7,7 @@
 
 #include "engine/scheduler.h"
 #include "kv/kv_cache_manager.h"
-#include "kv/kv_storage.h"
+#include "kv/kv_cache_memory.h"
 #include "models/model.h"
 #include "parallel/communicator.h"
 
@@ -16,11 +16,11 @@ namespace pagoda {
 class ModelRunner {
  public:
   // `comm` is the tensor-parallel group (size 1: everything local). Every
-  // rank builds a runner with the same groups, num_blocks and block_size;
-  // each holds the KV heads of its shard.
-  // The cache holds kv_dtype elements (F32 or BF16).
-  ModelRunner(CausalLM& model, const std::vector<KVCacheGroup>& groups, int64_t num_blocks,
-              int32_t block_size, DType kv_dtype, parallel::Communicator& comm);
+  // rank builds a runner with a plan of the same groups and the same
+  // num_blocks (per pool); each holds the caches of its shard. The caches
+  // were declared for kv_dtype elements (CausalLM::kv_cache_specs).
+  ModelRunner(CausalLM& model, const KVCachePlan& plan, int64_t num_blocks, DType kv_dtype,
+              parallel::Communicator& comm);
 
   // Runs one step. For each scheduled request that reaches the end of its
   // known tokens this step, `sampling_rows` gets its index in `out.scheduled`
@@ -40,9 +40,9 @@ class ModelRunner {
   int64_t vocab_size() const { return vocab_size_; }
   // The metadata of the last step (tests replay and inspect it).
   const BatchMetadata& last_batch() const { return batch_; }
-  size_t kv_storage_bytes() const { return storage_->bytes(); }
-  void prefault_kv_cache() { storage_->prefault(); }
-  DType kv_storage_dtype() const { return storage_->dtype(); }
+  size_t kv_storage_bytes() const { return kv_memory_.bytes(); }
+  void prefault_kv_cache() { kv_memory_.prefault(); }
+  DType kv_storage_dtype() const { return kv_memory_.view().dtype; }
 
  private:
   void broadcast_step(int64_t kind);
@@ -52,11 +52,9 @@ class ModelRunner {
   bool in_step_ = false;
   bool workers_stopped_ = false;
   std::vector<uint8_t> message_;
-  int32_t block_size_;
+  KVCachePlan plan_;
   int64_t vocab_size_;
-  size_t num_groups_;
-  std::unique_ptr<KVStorage> storage_;
-  KVCacheView view_;
+  KVCacheMemory kv_memory_;
   BatchMetadata batch_;
   std::vector<float> logits_;
 };

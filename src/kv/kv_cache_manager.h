@@ -1,12 +1,9 @@
-// Hands KV-cache blocks to requests for every layer group, with automatic
-// prefix caching (vLLM v1 style). Layers that share a KV spec (full
-// attention, or a sliding window of W tokens) form a group; each group keeps
-// its own block table per request, all drawn from one shared BlockPool. A
-// logical block is always block_size token positions, for every group.
-//
-// Physical layout: group g's j-th layer stores its K/V in storage slot j, so
-// the storage needs only max(layers per group) slots; block ids are never
-// shared between groups at one time, so the groups never overwrite each other.
+// Hands KV-cache blocks to requests for every cache group of a plan
+// (kv/kv_cache_plan.h), with automatic prefix caching (vLLM v1 style).
+// Caches with equal specs form a group; each group keeps its own block
+// table per request, drawn from its pool (one BlockPool per page size). A
+// logical block is always block_size token positions, for every group,
+// whatever its compress ratio.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +11,9 @@
 
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
+#include "kv/kv_cache_plan.h"
 
 namespace pagoda {
-
-struct KVCacheGroup {
-  int64_t sliding_window = 0;  // 0 = full attention
-  std::vector<int32_t> layers;
-};
-
-// Groups the layers by window, in order of first appearance.
-std::vector<KVCacheGroup> make_kv_cache_groups(const std::vector<int64_t>& layer_sliding_window);
 
 // A request's view of the cache: what the manager reads and updates.
 struct KVRequestState {
@@ -34,13 +24,20 @@ struct KVRequestState {
 
 class KVCacheManager {
  public:
-  KVCacheManager(std::vector<KVCacheGroup> groups, int32_t num_blocks, int32_t block_size,
-                 bool enable_prefix_caching);
+  // Every pool of the plan gets num_blocks blocks.
+  KVCacheManager(KVCachePlan plan, int32_t num_blocks, bool enable_prefix_caching);
 
-  const std::vector<KVCacheGroup>& groups() const { return groups_; }
-  int32_t block_size() const { return block_size_; }
-  const BlockPool& pool() const { return pool_; }
+  const KVCachePlan& plan() const { return plan_; }
+  const std::vector<KVCacheGroup>& groups() const { return plan_.groups; }
+  int32_t block_size() const { return plan_.block_size; }
+  const std::vector<BlockPool>& pools() const { return pools_; }
+  // Blocks per pool, and the fewest free in any pool (the pool that runs
+  // dry first bounds what can be admitted).
+  int32_t num_blocks() const { return pools_.front().num_blocks(); }
+  int32_t num_free_blocks() const;
   bool prefix_caching() const { return prefix_caching_; }
+  // Throws InternalError if any pool's invariants are broken.
+  void check_invariants() const;
 
   // For a request with nothing computed: takes the longest prefix of full
   // blocks of its tokens (prompt, plus output when it is resumed after
@@ -67,15 +64,15 @@ class KVCacheManager {
   int64_t hit_tokens() const { return hit_tokens_; }
 
  private:
-  int64_t first_needed_position(const KVCacheGroup& g, int64_t num_computed) const;
+  BlockPool& pool_of(size_t g) { return pools_[plan_.groups[g].pool]; }
   // The longest hit of at most max_blocks blocks that group g can serve,
   // given which of the request's blocks it has cached.
   int64_t longest_hit(size_t g, const std::vector<bool>& cached, int64_t max_blocks) const;
 
-  std::vector<KVCacheGroup> groups_;
+  KVCachePlan plan_;
   int32_t block_size_;
   bool prefix_caching_;
-  BlockPool pool_;
+  std::vector<BlockPool> pools_;
   int64_t queried_tokens_ = 0, hit_tokens_ = 0;
 };
 

@@ -10,11 +10,11 @@
 
 namespace pagoda {
 
-KVStorage::KVStorage(int64_t num_layers, int64_t num_blocks, int64_t elems_per_block, DType dtype)
-    : layer_bytes_(num_blocks * elems_per_block * static_cast<int64_t>(dtype_size(dtype))),
-      dtype_(dtype) {
-  PAGODA_CHECK(dtype == DType::F32 || dtype == DType::BF16, "KV cache dtype {}", dtype_name(dtype));
-  bytes_ = static_cast<size_t>(2 * num_layers * layer_bytes_);
+KVStorage::KVStorage(int64_t num_slots, int64_t num_blocks, int64_t page_bytes)
+    : slot_bytes_(num_blocks * page_bytes) {
+  PAGODA_CHECK(num_slots >= 0 && num_blocks >= 0 && page_bytes > 0, "KV storage {} x {} x {}",
+               num_slots, num_blocks, page_bytes);
+  bytes_ = static_cast<size_t>(num_slots * slot_bytes_);
   if (bytes_ == 0) return;
   // One huge page more than needed, so the arrays can start on a huge-page
   // boundary.

@@ -1,22 +1,22 @@
-// The memory behind the paged KV cache: for every layer a K and a V array of
-// [num_blocks, num_kv_heads, block_size, head_dim] elements of the cache's
-// dtype (f32 or bf16; ops::KVLayout), reserved once at start.
+// The memory behind one pool of the paged KV cache (kv/kv_cache_plan.h):
+// num_slots arrays of num_blocks pages of page_bytes each, reserved once at
+// start. What a page holds (K rows of a dense layer, MLA latents, ...) is
+// the model's business.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "core/dtype.h"
 
 namespace pagoda {
 
 class KVStorage {
  public:
-  // Maps num_layers * 2 arrays of elems_per_block * num_blocks elements of
-  // dtype. The memory comes from an anonymous mapping, so pages a run never
-  // touches cost nothing (in 2 MiB steps where huge pages are on).
-  KVStorage(int64_t num_layers, int64_t num_blocks, int64_t elems_per_block, DType dtype);
+  // Maps num_slots arrays of num_blocks * page_bytes bytes. The memory
+  // comes from an anonymous mapping, so pages a run never touches cost
+  // nothing (in 2 MiB steps where huge pages are on).
+  KVStorage(int64_t num_slots, int64_t num_blocks, int64_t page_bytes);
   ~KVStorage();
   KVStorage(const KVStorage&) = delete;
   KVStorage& operator=(const KVStorage&) = delete;
@@ -25,9 +25,8 @@ class KVStorage {
   // touches its share).
   void prefault();
 
-  void* k(int64_t layer) const { return base_ + (2 * layer) * layer_bytes_; }
-  void* v(int64_t layer) const { return base_ + (2 * layer + 1) * layer_bytes_; }
-  DType dtype() const { return dtype_; }
+  // The array of slot s: num_blocks pages, block b at b * page_bytes.
+  void* slot(int64_t s) const { return base_ + s * slot_bytes_; }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -35,8 +34,7 @@ class KVStorage {
   void* mapping_ = nullptr;  // bytes_ + kHugePage; base_ is its first huge-page boundary
   uint8_t* base_ = nullptr;
   size_t bytes_ = 0;
-  int64_t layer_bytes_ = 0;
-  DType dtype_;
+  int64_t slot_bytes_ = 0;
 };
 
 }  // namespace pagoda

@@ -139,13 +139,22 @@ class LlamaModel final : public CausalLM {
 
   const ModelConfig& config() const override { return config_; }
 
-  KVCacheSpec kv_cache_spec() const override {
-    KVCacheSpec spec;
-    spec.num_layers = config_.num_hidden_layers;
-    spec.num_kv_heads = shard_.kv_heads;
-    spec.head_dim = config_.head_dim;
-    for (const auto& layer : layers_) spec.layer_sliding_window.push_back(layer.sliding_window);
-    return spec;
+  // Per layer a K and a V cache of this rank's kv heads: a page is
+  // [kv_heads, block_size, head_dim] rows (ops::KVLayout), full attention or
+  // the layer's sliding window.
+  std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
+    std::vector<LayerKVCache> caches;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      KVCacheSpec spec;
+      spec.sliding_window = layers_[l].sliding_window;
+      spec.entry_bytes =
+          shard_.kv_heads * config_.head_dim * static_cast<int64_t>(dtype_size(kv_dtype));
+      spec.format = fmt::format("kv_heads {}x{} {}", shard_.kv_heads, config_.head_dim,
+                                dtype_name(kv_dtype));
+      caches.push_back({static_cast<int32_t>(l), "k", spec});
+      caches.push_back({static_cast<int32_t>(l), "v", spec});
+    }
+    return caches;
   }
 
   DType weight_dtype() const override { return weight_dtype_; }
@@ -360,8 +369,10 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
   const int64_t tokens = batch.num_tokens();
   const int64_t h = c.hidden_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  PAGODA_CHECK(static_cast<int64_t>(kv.k.size()) == c.num_hidden_layers, "kv layers {}",
-               kv.k.size());
+  PAGODA_CHECK(static_cast<int64_t>(kv.layers.size()) == c.num_hidden_layers, "kv layers {}",
+               kv.layers.size());
+  const ops::KVLayout layout{kv.block_size, static_cast<int>(shard_.kv_heads),
+                             static_cast<int>(c.head_dim), kv.dtype};
   ws_.reserve(tokens, c, shard_);
 
   embed(batch, tokens);
@@ -373,7 +384,9 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
       ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.input_norm, tokens, h, eps,
                         ws_.hidden.data());
     }
-    attention(w, batch, batch.kv_groups[kv.layer_group[i]], kv.k[i], kv.v[i], kv.layout, tokens);
+    const auto& caches = kv.layers[i];  // k, v as declared by kv_cache_specs
+    attention(w, batch, batch.kv_groups[caches[0].group], caches[0].data, caches[1].data, layout,
+              tokens);
     ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
                       ws_.hidden.data());
     const int64_t inter = shard_.intermediate;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_cache_memory.h"
+#include "kv/kv_cache_spec.h"
 #include "models/config.h"
 #include "models/quantize.h"
 #include "ops/ops.h"
@@ -16,10 +18,13 @@
 
 namespace pagoda {
 
-// Where one KV-cache group's layers write and read K/V this step (each
-// group of layers with the same attention spec has its own block tables).
+// Where one KV-cache group's caches write and read this step (each group of
+// caches with the same spec has its own block tables; kv/kv_cache_plan.h).
 struct KVGroupMetadata {
-  std::vector<int64_t> slot_mapping;  // [num_tokens] KV slot to write each token to
+  // [num_tokens] entry slot each token writes (block * entries per block +
+  // entry in block), -1 where it writes none (a compressed cache writes
+  // once per compress_ratio positions).
+  std::vector<int64_t> slot_mapping;
   std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq], padded with 0
   int32_t max_blocks_per_seq = 0;
 };
@@ -39,32 +44,14 @@ struct BatchMetadata {
   int32_t num_seqs() const { return static_cast<int32_t>(seq_lens.size()); }
 };
 
-// Per-layer K/V storage the model reads and writes (owned by the engine).
-struct KVCacheView {
-  ops::KVLayout layout;
-  // [num_layers] -> [num_blocks, kv_heads, block_size, head_dim] of layout.dtype
-  std::vector<void*> k;
-  std::vector<void*> v;
-  std::vector<int32_t> layer_group;  // [num_layers] -> index into BatchMetadata::kv_groups
-};
-
-// What a model needs from the KV cache, so the engine can size it.
-struct KVCacheSpec {
-  int64_t num_layers = 0;
-  int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
-  std::vector<int64_t> layer_sliding_window;  // 0 = full attention
-  // Bytes one token position takes over all layers (K and V) in a cache of dtype.
-  int64_t bytes_per_token(DType dtype) const {
-    return num_layers * 2 * num_kv_heads * head_dim * static_cast<int64_t>(dtype_size(dtype));
-  }
-};
-
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
-  virtual KVCacheSpec kv_cache_spec() const = 0;
+  // The caches every layer keeps (kv/kv_cache_spec.h), for a cache whose
+  // elements are kv_dtype (the resolved --kv-cache-dtype). Under tensor
+  // parallelism, this rank's share (its heads).
+  virtual std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const = 0;
   // How the checkpoint stores its weights (before any load-time
   // quantization): what --kv-cache-dtype auto follows.
   virtual DType weight_dtype() const { return DType::F32; }

@@ -172,7 +172,7 @@ void randomized_stress(const std::string& model_dir, int kv_slots, int num_reque
         finished[out.request_id] = std::move(out);
       }
     }
-    engine.kv_cache().pool().check_invariants();
+    engine.kv_cache().check_invariants();
     ASSERT_LT(step, 20000) << "engine stopped making progress";
   }
   EXPECT_EQ(finished.size(), specs.size());
@@ -190,7 +190,7 @@ void randomized_stress(const std::string& model_dir, int kv_slots, int num_reque
   EXPECT_EQ(engine.num_kv_blocks(), 48);
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
   for (int32_t b = 0; b < engine.num_kv_blocks(); ++b)
-    ASSERT_EQ(engine.kv_cache().pool().ref_count(b), 0);
+    ASSERT_EQ(engine.kv_cache().pools()[0].ref_count(b), 0);
 }
 
 TEST(Scheduler, RandomizedStressWithPreemptionAndAborts) { randomized_stress(kModel, 5, 200); }

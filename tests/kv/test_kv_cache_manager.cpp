@@ -13,6 +13,16 @@ namespace {
 
 constexpr int32_t kBlockSize = 4;
 
+// A plan for one cache per layer with the given windows (0 = full), as a
+// dense model's K (or V) caches would declare them.
+KVCachePlan plan_for_windows(const std::vector<int64_t>& windows) {
+  std::vector<LayerKVCache> caches;
+  for (size_t l = 0; l < windows.size(); ++l) {
+    caches.push_back({static_cast<int32_t>(l), "k", {.sliding_window = windows[l], .entry_bytes = 8}});
+  }
+  return plan_kv_cache(caches, kBlockSize);
+}
+
 std::vector<int32_t> tokens(int n, int32_t first = 100) {
   std::vector<int32_t> t(n);
   std::iota(t.begin(), t.end(), first);
@@ -43,7 +53,7 @@ void evict_oldest(KVCacheManager& kv, int32_t n) {
 
 TEST(KVCacheManager, FullGroupHitShrinksFromTheTail) {
   // 41 tokens fill 10 blocks and start an 11th: the pool holds exactly one request.
-  KVCacheManager kv(make_kv_cache_groups({0, 0}), 11, kBlockSize, true);
+  KVCacheManager kv(plan_for_windows({0, 0}), 11, true);
   const auto prompt = tokens(41);
   run_and_free(kv, prompt);
   KVRequestState state;
@@ -58,18 +68,18 @@ TEST(KVCacheManager, FullGroupHitShrinksFromTheTail) {
   KVRequestState none;
   EXPECT_EQ(kv.take_cached_prefix(none, prompt), 0);
   kv.free(none);
-  EXPECT_EQ(kv.pool().num_free(), 11);
+  EXPECT_EQ(kv.num_free_blocks(), 11);
 }
 
 TEST(KVCacheManager, SlidingGroupNeedsOnlyItsWindow) {
   // Window 8: the query at position 40 sees positions 33..40, i.e. blocks
   // 8 and 9 of the hit (block 10 holds the query itself).
-  KVCacheManager kv(make_kv_cache_groups({8}), 12, kBlockSize, true);
+  KVCacheManager kv(plan_for_windows({8}), 12, true);
   const auto prompt = tokens(41);
   run_and_free(kv, prompt);
   // The request held at most 4 blocks at once; blocks 0..7 went back to the
   // pool first and are the first evicted.
-  EXPECT_EQ(kv.pool().num_free(), 12);
+  EXPECT_EQ(kv.num_free_blocks(), 12);
   evict_oldest(kv, 8);
   KVRequestState state;
   EXPECT_EQ(kv.take_cached_prefix(state, prompt), 40);
@@ -78,14 +88,14 @@ TEST(KVCacheManager, SlidingGroupNeedsOnlyItsWindow) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(state.block_tables[0][i], -1) << i;  // outside the window
   EXPECT_GE(state.block_tables[0][8], 0);
   EXPECT_GE(state.block_tables[0][9], 0);
-  EXPECT_EQ(kv.pool().num_free(), 10);  // only the two window blocks are taken
+  EXPECT_EQ(kv.num_free_blocks(), 10);  // only the two window blocks are taken
   kv.free(state);
-  EXPECT_EQ(kv.pool().num_free(), 12);
+  EXPECT_EQ(kv.num_free_blocks(), 12);
 }
 
 TEST(KVCacheManager, HybridHitIsTheLongestPrefixEveryGroupServes) {
   // Full layers 0 and 2, sliding (window 8) layers 1 and 3.
-  KVCacheManager kv(make_kv_cache_groups({0, 8, 0, 8}), 64, kBlockSize, true);
+  KVCacheManager kv(plan_for_windows({0, 8, 0, 8}), 64, true);
   ASSERT_EQ(kv.groups().size(), 2u);
   const auto prompt = tokens(41);
   run_and_free(kv, prompt);
@@ -116,15 +126,15 @@ TEST(KVCacheManager, HybridHitIsTheLongestPrefixEveryGroupServes) {
     EXPECT_GE(state.block_tables[1][7], 0);
     kv.free(state);
   }
-  EXPECT_EQ(kv.pool().num_free(), 64);
-  EXPECT_NO_THROW(kv.pool().check_invariants());
+  EXPECT_EQ(kv.num_free_blocks(), 64);
+  EXPECT_NO_THROW(kv.check_invariants());
 }
 
 TEST(KVCacheManager, GroupsCacheTheSameTokensSeparately) {
   // Each group holds its own layers' K/V for a block, so a hit must hand
   // each group its own block (were the pool keyed by tokens alone, the
   // second group would be served the first group's block).
-  KVCacheManager kv(make_kv_cache_groups({0, 64}), 32, kBlockSize, true);
+  KVCacheManager kv(plan_for_windows({0, 64}), 32, true);
   const auto prompt = tokens(21);
   run_and_free(kv, prompt);
   KVRequestState state;
@@ -134,7 +144,7 @@ TEST(KVCacheManager, GroupsCacheTheSameTokensSeparately) {
     EXPECT_NE(state.block_tables[0][i], state.block_tables[1][i]) << i;
   }
   kv.free(state);
-  EXPECT_NO_THROW(kv.pool().check_invariants());
+  EXPECT_NO_THROW(kv.check_invariants());
 }
 
 }  // namespace

@@ -22,34 +22,30 @@ int64_t resident_bytes() {
 }
 
 TEST(KVStorage, ArraysAreDisjointAndStartOnAHugePage) {
-  const int64_t layers = 3, blocks = 10, elems = 16 * 2 * 8;  // bs 16, 2 heads, dim 8
-  KVStorage s(layers, blocks, elems, DType::BF16);
-  const size_t layer_bytes = static_cast<size_t>(blocks * elems * 2);
-  EXPECT_EQ(s.bytes(), 2 * layers * layer_bytes);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(s.k(0)) % (uintptr_t{2} << 20), 0u);
-  for (int64_t l = 0; l < layers; ++l) {
-    EXPECT_EQ(static_cast<uint8_t*>(s.v(l)) - static_cast<uint8_t*>(s.k(l)),
-              static_cast<ptrdiff_t>(layer_bytes));
-    if (l > 0) {
-      EXPECT_EQ(static_cast<uint8_t*>(s.k(l)) - static_cast<uint8_t*>(s.v(l - 1)),
-                static_cast<ptrdiff_t>(layer_bytes));
-    }
+  const int64_t slots = 6, blocks = 10, page = 16 * 2 * 8 * 2;  // bs 16, 2 heads, dim 8, bf16
+  KVStorage s(slots, blocks, page);
+  const size_t slot_bytes = static_cast<size_t>(blocks * page);
+  EXPECT_EQ(s.bytes(), slots * slot_bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s.slot(0)) % (uintptr_t{2} << 20), 0u);
+  for (int64_t i = 1; i < slots; ++i) {
+    EXPECT_EQ(static_cast<uint8_t*>(s.slot(i)) - static_cast<uint8_t*>(s.slot(i - 1)),
+              static_cast<ptrdiff_t>(slot_bytes));
   }
   // Every byte is writable.
-  std::memset(s.k(0), 0x5a, s.bytes());
+  std::memset(s.slot(0), 0x5a, s.bytes());
 }
 
 TEST(KVStorage, PrefaultMakesThePoolResident) {
   constexpr int64_t kMiB = int64_t{1} << 20;
   // 2 layers x (K, V) x 16 MiB.
-  KVStorage s(2, 16, kMiB / 2, DType::BF16);
+  KVStorage s(4, 16, kMiB);
   ASSERT_EQ(s.bytes(), static_cast<size_t>(64 * kMiB));
   const int64_t before = resident_bytes();
   ASSERT_GT(before, 0);
   s.prefault();
   const int64_t after = resident_bytes();
   EXPECT_GE(after - before, 60 * kMiB) << "before " << before << " after " << after;
-  const auto* bytes = static_cast<const uint8_t*>(s.k(0));
+  const auto* bytes = static_cast<const uint8_t*>(s.slot(0));
   for (size_t i = 0; i < s.bytes(); i += 4096) ASSERT_EQ(bytes[i], 0) << i;
 }
 

@@ -21,27 +21,22 @@ inline std::vector<float> prefill_and_decode(CausalLM& model, const std::vector<
   constexpr int kBlock = 64;  // the whole sequence fits in block 0
   const auto n = static_cast<int32_t>(prompt.size());
   if (n + 1 > kBlock) throw std::invalid_argument("prefill_and_decode: prompt longer than a block");
-  const KVCacheSpec spec = model.kv_cache_spec();
   const int64_t vocab = model.config().vocab_size;
-  const auto per_layer = static_cast<size_t>(kBlock * spec.num_kv_heads * spec.head_dim);
-  std::vector<std::vector<float>> k(spec.num_layers, std::vector<float>(per_layer)),
-      v(spec.num_layers, std::vector<float>(per_layer));
-  KVCacheView view;
-  view.layout = {kBlock, static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim)};
-  for (int64_t l = 0; l < spec.num_layers; ++l) {
-    view.k.push_back(k[l].data());
-    view.v.push_back(v[l].data());
-    view.layer_group.push_back(0);
-  }
+  // One block of every group: each group's table is {0}.
+  const KVCachePlan plan = plan_kv_cache(model.kv_cache_specs(DType::F32), kBlock);
+  KVCacheMemory memory(plan, 1, DType::F32);
+  const KVCacheView& view = memory.view();
   BatchMetadata b;
   b.token_ids = prompt;
   for (int32_t i = 0; i < n; ++i) b.positions.push_back(i);
   b.query_start_loc = {0, n};
   b.seq_lens = {n};
-  b.kv_groups.resize(1);
-  b.kv_groups[0].slot_mapping.assign(b.positions.begin(), b.positions.end());
-  b.kv_groups[0].block_tables = {0};
-  b.kv_groups[0].max_blocks_per_seq = 1;
+  b.kv_groups.resize(plan.groups.size());
+  for (KVGroupMetadata& g : b.kv_groups) {
+    g.slot_mapping.assign(b.positions.begin(), b.positions.end());
+    g.block_tables = {0};
+    g.max_blocks_per_seq = 1;
+  }
   for (int32_t i = 0; i < n; ++i) b.logits_indices.push_back(i);
   std::vector<float> logits(static_cast<size_t>((n + 1) * vocab));
   model.forward(b, view, with_logits ? logits.data() : nullptr);
@@ -51,7 +46,7 @@ inline std::vector<float> prefill_and_decode(CausalLM& model, const std::vector<
   d.positions = {n};
   d.query_start_loc = {0, 1};
   d.seq_lens = {n + 1};
-  d.kv_groups[0].slot_mapping = {n};
+  for (KVGroupMetadata& g : d.kv_groups) g.slot_mapping = {n};
   d.logits_indices = {0};
   model.forward(d, view, with_logits ? logits.data() + n * vocab : nullptr);
   return logits;

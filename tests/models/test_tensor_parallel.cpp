@@ -97,8 +97,12 @@ void expect_tp_matches(const std::string& dir, int tp) {
       try {
         ThreadCommunicator comm(group, r);
         auto model = load_model(dir, comm);
-        EXPECT_EQ(model->kv_cache_spec().num_kv_heads,
-                  std::max<int64_t>(1, single->kv_cache_spec().num_kv_heads / tp));
+        // A K row of this rank's kv heads: the whole model's / tp, at least one head.
+        const auto row_bytes = [](const CausalLM& m) {
+          return m.kv_cache_specs(DType::F32).at(0).spec.entry_bytes;
+        };
+        const int64_t head_bytes = single->config().head_dim * 4;
+        EXPECT_EQ(row_bytes(*model), std::max(head_bytes, row_bytes(*single) / tp));
         std::vector<float> out = test::prefill_and_decode(*model, prompt, next, r == 0);
         if (r == 0) got = std::move(out);
       } catch (const std::exception& e) {

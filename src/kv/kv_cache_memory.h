@@ -1,0 +1,45 @@
+// The KV cache's memory for a plan (kv/kv_cache_plan.h): one KVStorage per
+// pool, and the view a model reads it through (each layer's caches, in the
+// order the model declared them, with the group that addresses them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kv/kv_cache_plan.h"
+#include "kv/kv_storage.h"
+
+namespace pagoda {
+
+// What a model sees of the cache: for each layer, each of its caches in
+// declaration order (CausalLM::kv_cache_specs), an array of pages (one per
+// block id, page_bytes of its spec each) and the group whose block tables
+// and slot mapping (BatchMetadata::kv_groups) address it.
+struct KVCacheView {
+  struct Cache {
+    void* data = nullptr;
+    int32_t group = 0;
+  };
+  int32_t block_size = 16;   // token positions per logical block
+  DType dtype = DType::F32;  // element type the caches were declared for
+  std::vector<std::vector<Cache>> layers;  // [layer][cache]
+};
+
+class KVCacheMemory {
+ public:
+  // Reserves num_blocks pages in every pool of the plan.
+  KVCacheMemory(const KVCachePlan& plan, int64_t num_blocks, DType dtype);
+
+  const KVCacheView& view() const { return view_; }
+  size_t bytes() const;
+  // Writes zeros over every page (KVStorage::prefault).
+  void prefault();
+
+ private:
+  std::vector<std::unique_ptr<KVStorage>> storage_;  // one per pool
+  KVCacheView view_;
+};
+
+}  // namespace pagoda
