@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "models/linear_weights.h"
 #include "models/quantize.h"
 #include "models/rope.h"
+#include "models/vocab_parallel.h"
 #include "models/weights.h"
 #include "ops/ops.h"
-#include "ops/packed.h"
 #include "parallel/communicator.h"
 
 namespace pagoda {
@@ -38,14 +39,13 @@ struct LayerWeights {
 // heads and a slice of the intermediate features: row slices of the HF
 // [out, in] weights), o_proj and down_proj are row-parallel (column slices)
 // followed by one all-reduce each; embeddings and the LM head are split
-// along the vocabulary. With tp > num_kv_heads each KV head is replicated
+// along the vocabulary (models/vocab_parallel.h). With tp > num_kv_heads each KV head is replicated
 // on tp / num_kv_heads ranks. tp = 1 is the whole model.
 struct Shard {
   int rank = 0, size = 1;
   int64_t q_heads = 0, q_head_begin = 0;
   int64_t kv_heads = 0, kv_head_begin = 0;
   int64_t intermediate = 0, intermediate_begin = 0;
-  int64_t vocab_per_rank = 0, vocab_begin = 0, vocab_count = 0;  // last rank may hold fewer
 
   Shard(const ModelConfig& c, int rank_, int size_) : rank(rank_), size(size_) {
     const int64_t tp = size;
@@ -77,9 +77,6 @@ struct Shard {
     }
     intermediate = c.intermediate_size / tp;
     intermediate_begin = rank * intermediate;
-    vocab_per_rank = (c.vocab_size + tp - 1) / tp;
-    vocab_begin = std::min<int64_t>(c.vocab_size, rank * vocab_per_rank);
-    vocab_count = std::min<int64_t>(c.vocab_size, vocab_begin + vocab_per_rank) - vocab_begin;
   }
 };
 
@@ -94,7 +91,6 @@ constexpr int64_t kMlpSliceTokens = 512;
 // every step so the forward pass does not allocate per token.
 struct Workspace {
   std::vector<float> residual, hidden, q, k, v, attn, proj, gate_up, act, selected;
-  std::vector<float> local_logits, gathered_logits;  // tensor parallel only
   int64_t capacity = 0;
 
   void reserve(int64_t tokens, const ModelConfig& c, const Shard& s) {
@@ -113,10 +109,6 @@ struct Workspace {
     gate_up.resize(mlp_tokens * 2 * s.intermediate);
     act.resize(mlp_tokens * s.intermediate);
     selected.resize(tokens * c.hidden_size);
-    if (s.size > 1) {
-      local_logits.resize(tokens * s.vocab_per_rank);
-      gathered_logits.resize(s.size * tokens * s.vocab_per_rank);
-    }
   }
 };
 
@@ -130,8 +122,9 @@ class LlamaModel final : public CausalLM {
         shard_(config, comm.rank(), comm.size()),
         checkpoint_(std::move(checkpoint)),
         weights_(*checkpoint_),
-        quantization_(options.quantization),
-        repack_(options.repack) {
+        options_(options),
+        vocab_(weights_, comm, config.vocab_size, config.hidden_size, "model.embed_tokens.weight",
+               config.tie_word_embeddings ? "" : "lm_head.weight") {
     load(variant);
     inv_freq_ =
         rope_inv_freq(config_.rope_scaling, config_.rope_theta, static_cast<int>(config_.head_dim));
@@ -160,11 +153,11 @@ class LlamaModel final : public CausalLM {
   DType weight_dtype() const override { return weight_dtype_; }
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
   size_t owned_weight_bytes() const override { return weights_.owned_bytes(); }
-  bool repacked_weights() const override { return lm_head_.packed; }
+  bool repacked_weights() const override { return vocab_.head().packed; }
 
   int64_t weight_bytes_per_step() const override {
     auto bytes = [](const ops::Matrix& m) { return matrix_bytes(m); };
-    int64_t total = bytes(lm_head_);
+    int64_t total = bytes(vocab_.head());
     for (const LayerWeights& w : layers_) {
       total += bytes(w.q) + bytes(w.k) + bytes(w.v) + bytes(w.o) + bytes(w.gate) + bytes(w.up) +
                bytes(w.down);
@@ -173,13 +166,7 @@ class LlamaModel final : public CausalLM {
   }
 
  private:
-  void embed(const BatchMetadata& batch, int64_t tokens);
-  void lm_head(int64_t rows, float* logits);
   void load(const LlamaVariant& variant);
-  // A linear layer's matrix as the kernels will read it: int8 with
-  // --quantization int8, else bf16 or f32 as stored; int8 and bf16 packed
-  // into panels (ops/packed.h) where that kernel is native, unless --no-repack.
-  ops::Matrix prepared(const ops::Matrix& m, bool source_still_used);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
                  void* k_cache, void* v_cache, const ops::KVLayout& layout, int64_t tokens);
 
@@ -188,11 +175,9 @@ class LlamaModel final : public CausalLM {
   Shard shard_;
   std::unique_ptr<Checkpoint> checkpoint_;
   WeightStore weights_;
-  Quantization quantization_;
-  bool repack_;
+  WeightOptions options_;
   DType weight_dtype_ = DType::F32;  // as stored in the checkpoint
-  ops::Matrix embed_tokens_, lm_head_;
-  bool embedding_rows_in_mapping_ = false;  // see embed()
+  VocabParallelEmbedding vocab_;
   const float* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;
@@ -210,13 +195,6 @@ void LlamaModel::load(const LlamaVariant& variant) {
   const int64_t kv0 = s.kv_head_begin * hd, kvn = s.kv_heads * hd;
   const int64_t i0 = s.intermediate_begin, in = s.intermediate;
   weight_dtype_ = checkpoint_->get("model.embed_tokens.weight").dtype;
-  embed_tokens_ = weights_.row_slice("model.embed_tokens.weight", c.vocab_size, h, s.vocab_begin,
-                                     s.vocab_count);
-  if (c.tie_word_embeddings) {
-    lm_head_ = embed_tokens_;
-  } else {
-    lm_head_ = weights_.row_slice("lm_head.weight", c.vocab_size, h, s.vocab_begin, s.vocab_count);
-  }
   final_norm_ = weights_.vector("model.norm.weight", h);
   layers_.resize(c.num_hidden_layers);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -242,36 +220,10 @@ void LlamaModel::load(const LlamaVariant& variant) {
     w.down = weights_.col_slice(p + "mlp.down_proj.weight", h, inter, i0, in);
     if (!c.layer_sliding_window.empty()) w.sliding_window = c.layer_sliding_window[i];
     for (ops::Matrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
-      *m = prepared(*m, false);  // this rank's shards, layer by layer
+      *m = prepare_linear(weights_, *m, options_);  // this rank's shards, layer by layer
     }
   }
-  if (c.tie_word_embeddings && quantization_ != Quantization::Int8) {
-    // A tied LM head in bf16 (packed or not) holds exactly the embedding's
-    // values: lookups read it (ops::embedding reads packed panels), and the
-    // checkpoint's pages are dropped, so the table is in memory once.
-    lm_head_ = prepared(lm_head_, false);
-    embed_tokens_ = lm_head_;
-  } else {
-    // An int8 head is no longer the embedding: lookups read the checkpoint.
-    lm_head_ = prepared(lm_head_, c.tie_word_embeddings);
-  }
-  // A table of its own read in place: lookups fault single rows in, and
-  // embed() unmaps them again.
-  embedding_rows_in_mapping_ =
-      embed_tokens_.data != lm_head_.data && weights_.in_mapping(embed_tokens_);
-  if (embedding_rows_in_mapping_) weights_.advise_random_rows(embed_tokens_);
-}
-
-ops::Matrix LlamaModel::prepared(const ops::Matrix& m, bool source_still_used) {
-  if (quantization_ == Quantization::Int8) {
-    const ops::Matrix q = weights_.quantize_int8(m, source_still_used);
-    if (repack_ && q.cols % 4 == 0 && ops::packed_i8_is_native()) return weights_.repack(q, false);
-    return q;
-  }
-  if (repack_ && m.dtype == DType::BF16 && m.cols % 2 == 0 && ops::packed_bf16_is_native()) {
-    return weights_.repack(m, source_still_used);
-  }
-  return m;
+  vocab_.prepare(options_);
 }
 
 void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
@@ -312,58 +264,6 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
   comm_.all_reduce_sum(ws_.proj.data(), tokens * c.hidden_size);  // row-parallel o_proj
 }
 
-// Vocab-parallel embedding: a rank fills the rows of its tokens, zeros the
-// others, and the all-reduce assembles every row.
-void LlamaModel::embed(const BatchMetadata& batch, int64_t tokens) {
-  const int64_t h = config_.hidden_size;
-  if (shard_.size == 1) {
-    ops::embedding(batch.token_ids.data(), tokens, embed_tokens_, ws_.residual.data());
-  } else {
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int32_t local = static_cast<int32_t>(batch.token_ids[t] - shard_.vocab_begin);
-      float* row = ws_.residual.data() + t * h;
-      if (local >= 0 && local < shard_.vocab_count) {
-        ops::embedding(&local, 1, embed_tokens_, row);
-      } else {
-        std::memset(row, 0, static_cast<size_t>(h) * sizeof(float));
-      }
-    }
-  }
-  // One madvise a step keeps the rows just read from staying resident.
-  if (embedding_rows_in_mapping_) weights_.release_rows(embed_tokens_);
-  if (shard_.size > 1) comm_.all_reduce_sum(ws_.residual.data(), tokens * h);
-}
-
-// Vocab-parallel LM head: each rank computes its slice of the vocabulary,
-// rank 0 gathers the slices and lays them out as full rows.
-void LlamaModel::lm_head(int64_t rows, float* logits) {
-  if (shard_.size == 1) {
-    ops::linear(ws_.selected.data(), rows, lm_head_, nullptr, logits);
-    return;
-  }
-  const int64_t vpr = shard_.vocab_per_rank, vocab = config_.vocab_size;
-  if (rows == 0) return;
-  float* local = ws_.local_logits.data();
-  ops::linear(ws_.selected.data(), rows, lm_head_, nullptr, local);
-  // The last rank's slice may be short: spread its rows to the common
-  // stride vpr (backwards, so no row is overwritten before it moves).
-  if (shard_.vocab_count < vpr) {
-    for (int64_t r = rows - 1; r > 0; --r) {
-      std::memmove(local + r * vpr, local + r * shard_.vocab_count,
-                   static_cast<size_t>(shard_.vocab_count) * sizeof(float));
-    }
-  }
-  comm_.gather(local, rows * vpr, ws_.gathered_logits.data(), 0);
-  if (shard_.rank != 0) return;
-  for (int64_t p = 0; p < shard_.size; ++p) {
-    const int64_t begin = std::min(vocab, p * vpr), count = std::min(vocab, begin + vpr) - begin;
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(logits + r * vocab + begin, ws_.gathered_logits.data() + (p * rows + r) * vpr,
-                  static_cast<size_t>(count) * sizeof(float));
-    }
-  }
-}
-
 void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) {
   const ModelConfig& c = config_;
   const int64_t tokens = batch.num_tokens();
@@ -375,7 +275,7 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
                              static_cast<int>(c.head_dim), kv.dtype};
   ws_.reserve(tokens, c, shard_);
 
-  embed(batch, tokens);
+  vocab_.embed(batch.token_ids.data(), tokens, ws_.residual.data());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerWeights& w = layers_[i];
     if (i == 0) {
@@ -411,7 +311,7 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
     }
   }
   ops::rms_norm(ws_.selected.data(), final_norm_, rows, h, eps, ws_.selected.data());
-  lm_head(rows, logits);
+  vocab_.logits(ws_.selected.data(), rows, logits);
 }
 
 }  // namespace
