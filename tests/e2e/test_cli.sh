@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The `pagoda` command line: help, the demo, JSON output, prompt files,
 # clear errors with exit code 2 for bad input, bench latency without a
-# decode step, and which weights are repacked (--no-repack).
+# decode step, which weights are repacked (--no-repack), and --isa on a
+# CPU without those kernels.
 set -uo pipefail
 pagoda=$1
 src=$2
@@ -143,6 +144,27 @@ grep -qw avx512_bf16 /proc/cpuinfo && want_bf16="bf16, repacked into GEMM panels
   || fail "bf16 model weights: '$(weights_of "$bf16_model")', expected '$want_bf16'"
 [[ $(weights_of "$bf16_model" --no-repack) == "as stored" ]] || fail "--no-repack still repacked"
 [[ $(weights_of "$model") == "as stored" ]] || fail "f32 stories260k weights were repacked"
+
+# --isa naming kernels this CPU lacks is a bad flag like any other: exit 2
+# with the message, in every command (it used to escape CLI11's parse as an
+# uncaught InputError: "terminate called", exit 134). Which ISAs are missing
+# comes from /proc/cpuinfo, independently of pagoda's own detection.
+has_flags() { for f in "$@"; do grep -qw "$f" /proc/cpuinfo || return 1; done; }
+missing_isas=()
+has_flags avx2 fma || missing_isas+=(avx2)
+has_flags avx512f avx512bw avx512vl avx512dq || missing_isas+=(avx512)
+has_flags avx512f avx512bw avx512vl avx512dq avx512_bf16 || missing_isas+=(avx512bf16)
+[[ ${#missing_isas[@]} -eq 0 ]] && echo "note: this CPU has every ISA; only an unknown --isa name is checked"
+for cmd in generate serve logits "bench latency" "bench throughput"; do
+  for isa in "${missing_isas[@]}" avx9000; do
+    # shellcheck disable=SC2086
+    expect_exit 2 "isa" -- "$pagoda" $cmd --model "$model" --isa "$isa"
+    if grep -q "terminate called" "$tmp/err"; then fail "$cmd --isa $isa: uncaught exception"; fi
+  done
+done
+for isa in "${missing_isas[@]}"; do
+  expect_exit 2 "does not support the $isa kernels" -- "$pagoda" generate --model "$model" --prompt hi --isa "$isa"
+done
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures CLI check(s) failed"
