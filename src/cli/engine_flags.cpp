@@ -77,7 +77,8 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
                "on CPUs with avx512_bf16, int8 ones with avx512_vnni; they make prefill and "
                "batched decode faster)");
   cmd.add_option("--max-model-len", o.max_model_len,
-                 "Context length limit (default: the model's max_position_embeddings)")
+                 "Context length limit (default: the model's max_position_embeddings; a longer "
+                 "one is refused unless PAGODA_ALLOW_LONG_MAX_MODEL_LEN=1 is set, as in vLLM)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
 }
 

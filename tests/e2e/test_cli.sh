@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The `pagoda` command line: help, the demo, JSON output, prompt files,
 # clear errors with exit code 2 for bad input, bench latency without a
-# decode step, which weights are repacked (--no-repack), and --isa on a
-# CPU without those kernels.
+# decode step, which weights are repacked (--no-repack), --isa on a CPU
+# without those kernels, and --max-model-len past the model's positions.
 set -uo pipefail
 pagoda=$1
 src=$2
@@ -165,6 +165,23 @@ done
 for isa in "${missing_isas[@]}"; do
   expect_exit 2 "does not support the $isa kernels" -- "$pagoda" generate --model "$model" --prompt hi --isa "$isa"
 done
+
+# --max-model-len past the model's max_position_embeddings (512 for the
+# demo model) is refused, as vLLM does, unless PAGODA_ALLOW_LONG_MAX_MODEL_LEN
+# is set (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN); the flag's help says so.
+expect_exit 0 "PAGODA_ALLOW_LONG_MAX_MODEL_LEN" -- "$pagoda" generate --help
+expect_exit 2 "PAGODA_ALLOW_LONG_MAX_MODEL_LEN" -- "$pagoda" generate --model "$model" --prompt hi \
+  --max-model-len 100000
+# The check is the engine's, so the server refuses too (before listening;
+# the timeout keeps a server that wrongly starts from hanging the test).
+expect_exit 2 "PAGODA_ALLOW_LONG_MAX_MODEL_LEN" -- timeout 60 "$pagoda" serve --model "$model" \
+  --port 0 --max-model-len 100000
+expect_exit 2 "exceeds the model's 512 positions (max_position_embeddings 512" -- "$pagoda" generate --model "$model" --prompt hi --max-model-len 513
+expect_exit 0 "" -- "$pagoda" generate --model "$model" --prompt hi --max-tokens 2 --max-model-len 512
+expect_exit 0 "" -- env PAGODA_ALLOW_LONG_MAX_MODEL_LEN=1 "$pagoda" generate --model "$model" --prompt hi \
+  --max-tokens 2 --max-model-len 1024
+expect_exit 2 "PAGODA_ALLOW_LONG_MAX_MODEL_LEN" -- env PAGODA_ALLOW_LONG_MAX_MODEL_LEN=0 "$pagoda" generate \
+  --model "$model" --prompt hi --max-tokens 2 --max-model-len 1024
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures CLI check(s) failed"
