@@ -6,7 +6,7 @@
 # directories with scripts/build.sh --configure-only and the commands' own
 # options (scripts/build_configs.sh); nothing is compiled. Also: ctest with
 # --no-tests=error fails on a tree without tests, and every ctest call in
-# scripts/ and .ci/ passes that flag.
+# scripts/, .ci/, bench/ and tools/ passes that flag.
 set -uo pipefail
 src=$2
 tmp=$(mktemp -d)
@@ -36,11 +36,13 @@ after_test=$(count "$tmp/shared")
 [[ $after_test == "$full" ]] \
   || fail "demo then test configuration registers $after_test tests, a fresh one $full"
 
-# Every ctest run by the test command and CI fails when it finds no tests.
+# Every ctest run by the test command, CI and the helper scripts fails when
+# it finds no tests.
 while IFS= read -r line; do
   [[ $line == *--no-tests=error* ]] || fail "ctest without --no-tests=error: $line"
-done < <(grep -rn --include='*.sh' --include=run -E '(^|[^-[:alnum:]_])ctest( |$)' \
-  "$src/scripts" "$src/.ci" | grep -v -E ':[0-9]+:[[:space:]]*#')
+done < <(grep -rn --include='*.sh' --include='*.py' --include='*.mjs' --include=run \
+  -E '(^|[^-[:alnum:]_])ctest( |$)' "$src/scripts" "$src/.ci" "$src/bench" "$src/tools" \
+  | grep -v -E ':[0-9]+:[[:space:]]*#')
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures check(s) failed"
