@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/flag_errors.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
 #include "ops/quant.h"
@@ -15,9 +16,9 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--threads", o.num_threads, "Kernel threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
   // Kernel variant (A/B benchmarks, reproducing another machine's numerics);
-  // one the CPU lacks is an InputError (exit 2).
+  // one the CPU lacks is a usage error (exit 2).
   cmd.add_option_function<ops::Isa>(
-         "--isa", [](const ops::Isa& isa) { ops::set_isa(isa); },
+         "--isa", [](const ops::Isa& isa) { apply_flag("--isa", [&] { ops::set_isa(isa); }); },
          "Kernel variant: scalar, avx2, avx512, avx512bf16 (default: the best this CPU supports)")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, ops::Isa>{{"scalar", ops::Isa::Scalar},
@@ -76,7 +77,8 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
                "on CPUs with avx512_bf16, int8 ones with avx512_vnni; they make prefill and "
                "batched decode faster)");
   cmd.add_option("--max-model-len", o.max_model_len,
-                 "Context length limit (default: the model's max_position_embeddings)")
+                 "Context length limit (default: the model's max_position_embeddings; a longer "
+                 "one is refused unless PAGODA_ALLOW_LONG_MAX_MODEL_LEN=1 is set, as in vLLM)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
 }
 

@@ -55,6 +55,12 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     pagoda::parallel::mark_exit_agreed();  // every rank parsed the same flags
     return finish(code == 0 ? 0 : 2);
+  } catch (const pagoda::InputError& e) {
+    // A flag callback that rejected its value without apply_flag: still a
+    // bad flag (exit 2), never an uncaught exception.
+    pagoda::parallel::mark_exit_agreed();
+    std::fprintf(stderr, "error%s: %s\n", where().c_str(), e.what());
+    return finish(2);
   }
   try {
     for (const auto& [cmd, run] : runners) {

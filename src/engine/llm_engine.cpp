@@ -1,6 +1,7 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +28,26 @@ int64_t available_memory_bytes() {
     if (key == "MemAvailable:") return kib * 1024;
   }
   return 0;
+}
+
+// The longest context the checkpoint supports, derived as vLLM does
+// (_get_and_verify_max_len): max_position_embeddings, stretched by the
+// factor of linear RoPE scaling (llama3 scaling already states the scaled
+// length). 0 when the config does not say.
+int64_t derived_max_model_len(const ModelConfig& config) {
+  const double factor = config.rope_scaling.type == "linear" ? config.rope_scaling.factor : 1.0;
+  return static_cast<int64_t>(static_cast<double>(config.max_position_embeddings) * factor);
+}
+
+// PAGODA_ALLOW_LONG_MAX_MODEL_LEN=1 (or true), the counterpart of vLLM's
+// VLLM_ALLOW_LONG_MAX_MODEL_LEN: the user accepts positions the model was
+// not trained for.
+bool long_max_model_len_allowed() {
+  const char* v = std::getenv("PAGODA_ALLOW_LONG_MAX_MODEL_LEN");
+  if (v == nullptr) return false;
+  std::string s(v);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s == "1" || s == "true";
 }
 
 // Start-up shared by rank 0 and the workers: checks, threads, and this
@@ -148,6 +169,22 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
   max_model_len_ =
       options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
   if (max_model_len_ <= 0) max_model_len_ = 2048;
+  // Past the trained positions outputs degrade and the KV pool is sized for
+  // the whole length (100000 on a 512-position model reserved 11.9 GiB), so
+  // a longer limit must be asked for explicitly.
+  const int64_t derived = derived_max_model_len(config);
+  if (derived > 0 && options.max_model_len > derived && !long_max_model_len_allowed()) {
+    const std::string source =
+        config.rope_scaling.type == "linear"
+            ? fmt::format("max_position_embeddings {} x linear rope_scaling factor {}",
+                          config.max_position_embeddings, config.rope_scaling.factor)
+            : fmt::format("max_position_embeddings {}", config.max_position_embeddings);
+    throw_input_error(
+        "--max-model-len {} exceeds the model's {} positions ({} in config.json); set "
+        "PAGODA_ALLOW_LONG_MAX_MODEL_LEN=1 to allow it anyway (outputs past the trained "
+        "positions may be wrong)",
+        options.max_model_len, derived, source);
+  }
 
   eos_ids_ = config.eos_token_ids;
   if (eos_ids_.empty() && tokenizer_->eos_token_id())

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The `pagoda` command line: help, the demo, JSON output, prompt files,
 # clear errors with exit code 2 for bad input, bench latency without a
-# decode step, and which weights are repacked (--no-repack).
+# decode step, which weights are repacked (--no-repack), --isa on a CPU
+# without those kernels, and --max-model-len past the model's positions.
 set -uo pipefail
 pagoda=$1
 src=$2
@@ -143,6 +144,44 @@ grep -qw avx512_bf16 /proc/cpuinfo && want_bf16="bf16, repacked into GEMM panels
   || fail "bf16 model weights: '$(weights_of "$bf16_model")', expected '$want_bf16'"
 [[ $(weights_of "$bf16_model" --no-repack) == "as stored" ]] || fail "--no-repack still repacked"
 [[ $(weights_of "$model") == "as stored" ]] || fail "f32 stories260k weights were repacked"
+
+# --isa naming kernels this CPU lacks is a bad flag like any other: exit 2
+# with the message, in every command (it used to escape CLI11's parse as an
+# uncaught InputError: "terminate called", exit 134). Which ISAs are missing
+# comes from /proc/cpuinfo, independently of pagoda's own detection.
+has_flags() { for f in "$@"; do grep -qw "$f" /proc/cpuinfo || return 1; done; }
+missing_isas=()
+has_flags avx2 fma || missing_isas+=(avx2)
+has_flags avx512f avx512bw avx512vl avx512dq || missing_isas+=(avx512)
+has_flags avx512f avx512bw avx512vl avx512dq avx512_bf16 || missing_isas+=(avx512bf16)
+[[ ${#missing_isas[@]} -eq 0 ]] && echo "note: this CPU has every ISA; only an unknown --isa name is checked"
+for cmd in generate serve logits "bench latency" "bench throughput"; do
+  for isa in "${missing_isas[@]}" avx9000; do
+    # shellcheck disable=SC2086
+    expect_exit 2 "isa" -- "$pagoda" $cmd --model "$model" --isa "$isa"
+    if grep -q "terminate called" "$tmp/err"; then fail "$cmd --isa $isa: uncaught exception"; fi
+  done
+done
+for isa in "${missing_isas[@]}"; do
+  expect_exit 2 "does not support the $isa kernels" -- "$pagoda" generate --model "$model" --prompt hi --isa "$isa"
+done
+
+# --max-model-len past the model's max_position_embeddings (512 for the
+# demo model) is refused, as vLLM does, unless PAGODA_ALLOW_LONG_MAX_MODEL_LEN
+# is set (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN); the flag's help says so.
+expect_exit 0 "PAGODA_ALLOW_LONG_MAX_MODEL_LEN" -- "$pagoda" generate --help
+expect_exit 2 "PAGODA_ALLOW_LONG_MAX_MODEL_LEN" -- "$pagoda" generate --model "$model" --prompt hi \
+  --max-model-len 100000
+# The check is the engine's, so the server refuses too (before listening;
+# the timeout keeps a server that wrongly starts from hanging the test).
+expect_exit 2 "PAGODA_ALLOW_LONG_MAX_MODEL_LEN" -- timeout 60 "$pagoda" serve --model "$model" \
+  --port 0 --max-model-len 100000
+expect_exit 2 "exceeds the model's 512 positions (max_position_embeddings 512" -- "$pagoda" generate --model "$model" --prompt hi --max-model-len 513
+expect_exit 0 "" -- "$pagoda" generate --model "$model" --prompt hi --max-tokens 2 --max-model-len 512
+expect_exit 0 "" -- env PAGODA_ALLOW_LONG_MAX_MODEL_LEN=1 "$pagoda" generate --model "$model" --prompt hi \
+  --max-tokens 2 --max-model-len 1024
+expect_exit 2 "PAGODA_ALLOW_LONG_MAX_MODEL_LEN" -- env PAGODA_ALLOW_LONG_MAX_MODEL_LEN=0 "$pagoda" generate \
+  --model "$model" --prompt hi --max-tokens 2 --max-model-len 1024
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures CLI check(s) failed"

@@ -39,18 +39,23 @@ std::string render_case(const Json& c) {
   return render_chat_template(source, inputs);
 }
 
-TEST(ChatTemplate, MatchesPythonJinja2) {
-  std::ifstream in(PAGODA_CHAT_TEMPLATE_ORACLE);
-  ASSERT_TRUE(in) << "missing oracle output " << PAGODA_CHAT_TEMPLATE_ORACLE
-                  << " (written by the chat_template_oracle_setup test)";
+struct CaseCounts {
   int cases = 0, chat_cases = 0, error_cases = 0;
+};
+
+// Renders every case of a JSON-lines file written by a tools/ script with
+// Python's jinja2 and compares with what Python rendered (or raised).
+CaseCounts expect_python_renders(const std::string& path, const std::string& written_by) {
+  CaseCounts n;
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << "missing " << path << " (written by " << written_by << ")";
   for (std::string line; std::getline(in, line);) {
     const Json c = Json::parse(line);
-    ++cases;
-    chat_cases += c["kind"] == "chat";
+    ++n.cases;
+    n.chat_cases += c["kind"] == "chat";
     SCOPED_TRACE(c["name"].get<std::string>());
     if (c.contains("error")) {
-      ++error_cases;
+      ++n.error_cases;
       EXPECT_THROW(render_case(c), InputError) << "jinja2 raised " << c["error"];
       continue;
     }
@@ -60,9 +65,30 @@ TEST(ChatTemplate, MatchesPythonJinja2) {
       ADD_FAILURE() << "render failed: " << e.what();
     }
   }
-  EXPECT_GE(cases, 200);
-  EXPECT_GE(chat_cases, 150);
-  EXPECT_GE(error_cases, 1);
+  return n;
+}
+
+TEST(ChatTemplate, MatchesPythonJinja2) {
+  const CaseCounts n =
+      expect_python_renders(PAGODA_CHAT_TEMPLATE_ORACLE, "the chat_template_oracle_setup test");
+  EXPECT_GE(n.cases, 200);
+  EXPECT_GE(n.chat_cases, 150);
+  EXPECT_GE(n.error_cases, 1);
+}
+
+// Stored fixtures (tools/chat_template_python_str.py, Python 3.11 + jinja2
+// 3.1): messages that start and end with each of Python's 29 whitespace
+// characters (str.isspace) and with look-alikes that are not whitespace,
+// through the Llama-3 template's |trim and Qwen3's strip('\n'); and the
+// str filters and methods jinja2 maps onto Python's str (strip with and
+// without chars, split(), full case mapping, title, capitalize, is
+// lower/upper, wordcount) on such strings. ASCII-only whitespace once
+// rendered 3 of 28 held-out Llama-3 conversations differently.
+TEST(ChatTemplate, MatchesPythonStrOnUnicode) {
+  const CaseCounts n = expect_python_renders(PAGODA_TEST_DATA_DIR "/chat_template_python_str.jsonl",
+                                             "tools/chat_template_python_str.py");
+  EXPECT_GE(n.cases, 100);
+  EXPECT_GE(n.chat_cases, 40);  // Llama-3: 29 whitespace + 6 look-alikes + 1; Qwen3: 6
 }
 
 TEST(ChatTemplate, SyntaxErrorsNameTheLine) {

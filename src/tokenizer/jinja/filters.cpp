@@ -5,6 +5,7 @@
 #include <set>
 
 #include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/pystr.h"
 #include "tokenizer/jinja/support.h"
 
 namespace pagoda::jinja {
@@ -38,16 +39,12 @@ Value attribute_of(const Json& item, const std::string& attribute) {
   return v;
 }
 
-std::string lower_ascii(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // Sort key comparison for sort/unique/min/max: strings case-insensitive
-// unless case_sensitive, as Jinja's filters do by default.
+// (compared by str.lower()) unless case_sensitive, as Jinja's filters do by
+// default.
 bool less_than(const Json& a, const Json& b, bool case_sensitive, int line) {
   if (a.is_string() && b.is_string() && !case_sensitive) {
-    return lower_ascii(a.get<std::string>()) < lower_ascii(b.get<std::string>());
+    return python_lower(a.get<std::string>()) < python_lower(b.get<std::string>());
   }
   if (a.is_number() && b.is_number()) return a.get<double>() < b.get<double>();
   if (a.is_string() && b.is_string()) return a.get<std::string>() < b.get<std::string>();
@@ -178,21 +175,13 @@ Value apply_filter(const std::string& name, Args& args, Kwargs& kwargs, int line
         python_strip(to_str(x), chars ? std::optional(str_of(*chars, line, "trim")) : std::nullopt,
                      true, true)));
   }
-  if (name == "upper" || name == "lower" || name == "capitalize" || name == "title") {
+  if (name == "upper" || name == "lower" || name == "capitalize") {
     Value method = string_method(to_str(x), name);
     Args none;
     Kwargs no_kw;
-    if (name != "title") return (*method.call)(none, no_kw);
-    // Jinja's title: words start after whitespace, '-', and opening brackets.
-    std::string s = to_str(x);
-    bool start = true;
-    for (char& c : s) {
-      const auto u = static_cast<unsigned char>(c);
-      c = static_cast<char>(start ? std::toupper(u) : std::tolower(u));
-      start = std::isspace(u) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
-    }
-    return Value(Json(s));
+    return (*method.call)(none, no_kw);
   }
+  if (name == "title") return Value(Json(jinja_title(to_str(x))));
   if (name == "default" || name == "d") {
     const auto boolean = opt(2, "boolean");
     const bool use_default = x.undefined() || (boolean && truthy(*boolean) && !truthy(x));
@@ -341,7 +330,8 @@ Value apply_filter(const std::string& name, Args& args, Kwargs& kwargs, int line
       std::set<std::string> seen;
       for (const Json& item : items) {
         const Json k = key(item);
-        if (seen.insert(k.is_string() && !cs ? lower_ascii(k.get<std::string>()) : k.dump()).second)
+        if (seen.insert(k.is_string() && !cs ? python_lower(k.get<std::string>()) : k.dump())
+                .second)
           out.push_back(item);
       }
       return Value(std::move(out));
@@ -356,8 +346,7 @@ Value apply_filter(const std::string& name, Args& args, Kwargs& kwargs, int line
     return Value(std::move(items));
   }
   if (name == "wordcount") {
-    return Value(
-        Json(static_cast<int64_t>(python_split(to_str(x), std::nullopt, -1, false).size())));
+    return Value(Json(jinja_wordcount(to_str(x))));
   }
   if (name == "attr") return get_attr(x, str_of(opt(1, "name").value_or(Value()), line, "attr"));
   fail(line, "unknown filter '" + name + "'");
@@ -403,13 +392,10 @@ bool apply_test(const std::string& name, const Args& args, int line) {
     if (d == 0) fail(line, "divisibleby zero");
     return int_of(x, line, "divisibleby") % d == 0;
   }
-  if (name == "lower" || name == "upper") {
+  if (name == "lower" || name == "upper") {  // jinja2: str(value).islower() / isupper()
     if (!is_string(x)) return false;
     const std::string& s = x.data.get_ref<const std::string&>();
-    return std::none_of(s.begin(), s.end(), [&](char c) {
-      return name == "lower" ? std::isupper(static_cast<unsigned char>(c))
-                             : std::islower(static_cast<unsigned char>(c));
-    });
+    return name == "lower" ? python_islower(s) : python_isupper(s);
   }
   fail(line, "unknown test '" + name + "'");
 }

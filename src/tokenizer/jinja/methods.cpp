@@ -2,37 +2,14 @@
 // (message.content.startswith('<tool_response>'), tool.items(), ...). Only
 // the non-mutating ones: transformers renders in an immutable sandbox.
 #include <algorithm>
-#include <cctype>
-#include <cstring>
 
 #include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/pystr.h"
 #include "tokenizer/jinja/support.h"
 
 namespace pagoda::jinja {
 
 namespace {
-
-const char* const kWhitespace = " \t\n\r\x0b\x0c";
-
-bool is_ws(char c) { return std::strchr(kWhitespace, c) != nullptr && c != '\0'; }
-
-std::string ascii_map(std::string s, int (*f)(int)) {
-  for (char& c : s) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// Python's str.title(): a letter is upper-cased when it follows a non-letter.
-std::string python_title(const std::string& s) {
-  std::string out = s;
-  bool prev_letter = false;
-  for (char& c : out) {
-    const auto u = static_cast<unsigned char>(c);
-    const bool letter = std::isalpha(u) != 0;
-    c = static_cast<char>(letter ? (prev_letter ? std::tolower(u) : std::toupper(u)) : u);
-    prev_letter = letter;
-  }
-  return out;
-}
 
 // Strings a startswith/endswith argument stands for: one string or a tuple.
 std::vector<std::string> affixes(const Value& v) {
@@ -58,89 +35,6 @@ std::optional<std::string> opt_string(const Args& a, const Kwargs& kw, size_t po
 Value bound(Function f) { return Value::function(std::move(f)); }
 
 }  // namespace
-
-std::vector<std::string> python_split(const std::string& s, const std::optional<std::string>& sep,
-                                      int64_t maxsplit, bool from_right) {
-  std::vector<std::string> parts;
-  if (sep && sep->empty()) fail(0, "split: empty separator");
-  if (!from_right) {
-    size_t pos = 0;
-    while (true) {
-      if (!sep) {
-        while (pos < s.size() && is_ws(s[pos])) ++pos;
-        if (pos >= s.size()) break;
-        if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-          size_t end = s.size();
-          while (end > pos && is_ws(s[end - 1])) --end;
-          parts.push_back(s.substr(pos, end - pos));
-          break;
-        }
-        size_t end = pos;
-        while (end < s.size() && !is_ws(s[end])) ++end;
-        parts.push_back(s.substr(pos, end - pos));
-        pos = end;
-      } else {
-        const size_t hit = maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit
-                               ? std::string::npos
-                               : s.find(*sep, pos);
-        if (hit == std::string::npos) {
-          parts.push_back(s.substr(pos));
-          break;
-        }
-        parts.push_back(s.substr(pos, hit - pos));
-        pos = hit + sep->size();
-      }
-    }
-    return parts;
-  }
-  // rsplit: split from the right, then restore left-to-right order.
-  if (!sep) {
-    size_t end = s.size();
-    while (true) {
-      while (end > 0 && is_ws(s[end - 1])) --end;
-      if (end == 0) break;
-      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t begin = 0;
-        while (begin < end && is_ws(s[begin])) ++begin;
-        parts.push_back(s.substr(begin, end - begin));
-        break;
-      }
-      size_t begin = end;
-      while (begin > 0 && !is_ws(s[begin - 1])) --begin;
-      parts.push_back(s.substr(begin, end - begin));
-      end = begin;
-    }
-  } else {
-    size_t end = s.size();
-    while (true) {
-      const size_t hit =
-          (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) || end < sep->size()
-              ? std::string::npos
-              : s.rfind(*sep, end - sep->size());
-      if (hit == std::string::npos) {
-        parts.push_back(s.substr(0, end));
-        break;
-      }
-      parts.push_back(s.substr(hit + sep->size(), end - hit - sep->size()));
-      end = hit;
-    }
-  }
-  std::reverse(parts.begin(), parts.end());
-  return parts;
-}
-
-std::string python_strip(const std::string& s, const std::optional<std::string>& chars, bool left,
-                         bool right) {
-  auto strip_char = [&](char c) { return chars ? chars->find(c) != std::string::npos : is_ws(c); };
-  size_t begin = 0, end = s.size();
-  if (left) {
-    while (begin < end && strip_char(s[begin])) ++begin;
-  }
-  if (right) {
-    while (end > begin && strip_char(s[end - 1])) --end;
-  }
-  return s.substr(begin, end - begin);
-}
 
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to,
                         int64_t count) {
@@ -201,12 +95,10 @@ Value string_method(const std::string& self, const std::string& name) {
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     return bound([self, name](Args&, Kwargs&) {
-      if (name == "upper") return Value(Json(ascii_map(self, ::toupper)));
-      if (name == "lower") return Value(Json(ascii_map(self, ::tolower)));
+      if (name == "upper") return Value(Json(python_upper(self)));
+      if (name == "lower") return Value(Json(python_lower(self)));
       if (name == "title") return Value(Json(python_title(self)));
-      std::string s = ascii_map(self, ::tolower);
-      if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
-      return Value(Json(s));
+      return Value(Json(python_capitalize(self)));
     });
   }
   if (name == "replace") {
@@ -239,25 +131,11 @@ Value string_method(const std::string& self, const std::string& name) {
   if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum" ||
       name == "isupper" || name == "islower") {
     return bound([self, name](Args&, Kwargs&) {
-      auto all = [&](int (*f)(int)) {
-        return !self.empty() && std::all_of(self.begin(), self.end(), [&](char c) {
-          return f(static_cast<unsigned char>(c)) != 0;
-        });
-      };
-      if (name == "isdigit") return Value(Json(all(::isdigit)));
-      if (name == "isalpha") return Value(Json(all(::isalpha)));
-      if (name == "isalnum") return Value(Json(all(::isalnum)));
-      if (name == "isspace") return Value(Json(all(::isspace)));
-      const bool upper = name == "isupper";
-      bool cased = false, ok = true;
-      for (char c : self) {
-        const auto u = static_cast<unsigned char>(c);
-        if (std::isalpha(u)) {
-          cased = true;
-          ok &= upper ? std::isupper(u) != 0 : std::islower(u) != 0;
-        }
-      }
-      return Value(Json(cased && ok));
+      if (name == "isdigit") return Value(Json(python_isdigit(self)));
+      if (name == "isalpha") return Value(Json(python_isalpha(self)));
+      if (name == "isalnum") return Value(Json(python_isalnum(self)));
+      if (name == "isspace") return Value(Json(python_isspace(self)));
+      return Value(Json(name == "isupper" ? python_isupper(self) : python_islower(self)));
     });
   }
   if (name == "join") {

@@ -48,14 +48,6 @@ inline double double_of(const Value& v, int line, const char* what) {
   return v.data.get<double>();
 }
 
-// Python's str.split with sep=None (whitespace runs) or a separator; at most
-// maxsplit splits (-1: no limit), counted from the right when from_right.
-std::vector<std::string> python_split(const std::string& s, const std::optional<std::string>& sep,
-                                      int64_t maxsplit, bool from_right);
-// Python's str.strip family: chars = nullopt strips whitespace.
-std::string python_strip(const std::string& s, const std::optional<std::string>& chars, bool left,
-                         bool right);
-
 // Python's str.replace: at most count replacements (-1: all).
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to,
                         int64_t count);
