@@ -161,8 +161,10 @@ class DeepseekReference:
 
     # ---- weights -------------------------------------------------------
     def _load(self, model_dir):
-        """name -> float64 weight. FP8 weights are dequantised per spec §0.4:
-        f32(float(e4m3) * scale_inv[row // 128, col // 128])."""
+        """name -> weight, kept in float32 (every stored value, bf16, f32 or
+        dequantised FP8, is an exact f32) and widened to float64 where used,
+        so the --wide checkpoint fits in memory. FP8 weights are dequantised
+        per spec §0.4: f32(float(e4m3) * scale_inv[row // 128, col // 128])."""
         raw, dtypes = load_dir(model_dir, raw_fp8=True), load_dir_dtypes(model_dir)
         q = self.cfg.get("quantization_config")
         if q is not None and q.get("quant_method") != "fp8":
@@ -181,21 +183,28 @@ class DeepseekReference:
                 want = (-(-arr.shape[0] // block[0]), -(-arr.shape[1] // block[1]))
                 if tuple(raw[sname].shape) != want:
                     raise ValueError(f"{sname}: shape {raw[sname].shape}, expected {want}")
-                w[name] = fp8_block_dequantize(arr, raw[sname], block[0]).astype(np.float64)
+                w[name] = fp8_block_dequantize(arr, raw[sname], block[0])
             elif dtypes[name] == "F8_E8M0":
                 raise ValueError(f"{name}: E8M0 tensors are not part of DeepSeek V3")
             else:
-                w[name] = arr.astype(np.float64)
+                w[name] = arr
+            raw[name] = None  # drop the codes early
         return w, dtypes
 
     def _rms(self, x, weight):  # spec §0.2
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
 
     def _mm(self, x, name):
-        """x @ W[name].T (W stored [out, in], spec §0.1)."""
+        """x @ W[name].T in float64 (W stored [out, in], spec §0.1); large
+        matrices are widened in row blocks."""
         if name in self.round_for:
             x = _bf16(x)
-        return x @ self.w[name].T
+        w = self.w[name]
+        step = max(1, (1 << 24) // w.shape[1])
+        if w.shape[0] <= step:
+            return x @ w.astype(np.float64).T
+        return np.concatenate([x @ w[r : r + step].astype(np.float64).T for r in range(0, w.shape[0], step)],
+                              axis=-1)
 
     # ---- MLA (spec §3.1.2) ----------------------------------------------
     def mla_inputs(self, x, p, pos):
@@ -242,7 +251,7 @@ class DeepseekReference:
         latent space over (c_kv, k_pe), then o_h = Wuv_h (sum_j p_j c_kv_j)."""
         T = c_kv.shape[0]
         name = p + "self_attn.kv_b_proj.weight"
-        wkv_b = self.w[name].reshape(self.nh, self.nope + self.vd, self.kv_lora)
+        wkv_b = self.w[name].astype(np.float64).reshape(self.nh, self.nope + self.vd, self.kv_lora)
         w_uk, w_uv = wkv_b[:, : self.nope, :], wkv_b[:, self.nope :, :]
         bf16_in = _bf16 if name in self.round_for else (lambda t: t)  # inputs of products with kv_b_proj
         q_lat = np.einsum("thn,hnc->thc", bf16_in(q_nope), w_uk)  # [T, H, kv_lora]
@@ -278,6 +287,7 @@ class DeepseekReference:
         else:
             raise ValueError(f"scoring_func {c['scoring_func']!r}")
         bias = self.w.get(p + "mlp.gate.e_score_correction_bias")
+        bias = None if bias is None else bias.astype(np.float64)
         biased = scores + bias if (bias is not None and bias_on) else scores.copy()
         T = x.shape[0]
         grouped = biased.reshape(T, G, E // G)
@@ -288,7 +298,7 @@ class DeepseekReference:
         masked = np.where(np.repeat(gmask, E // G, axis=-1), biased, -np.inf)
         selected = np.argsort(-masked, axis=-1, kind="stable")[:, :k]
         weights = np.take_along_axis(scores, selected, axis=-1)  # unbiased scores
-        if c.get("norm_topk_prob", True) and k > 1:
+        if c.get("norm_topk_prob", True):  # (DeepSeek's remote code skips this for k == 1; HF/vLLM do not)
             weights = weights / (weights.sum(-1, keepdims=True) + 1e-20)
         weights = weights * c.get("routed_scaling_factor", 1.0)
         return selected, weights, scores, biased
@@ -312,7 +322,7 @@ class DeepseekReference:
         absorbed = self.absorbed if absorbed is None else absorbed
         W = self.w
         ids = np.asarray(ids, dtype=np.int64)
-        x = W["model.embed_tokens.weight"][ids]
+        x = W["model.embed_tokens.weight"][ids].astype(np.float64)
         pos = np.arange(len(ids))
         attn = self.attention_absorbed if absorbed else self.attention_mha
         for i in range(self.layers):
@@ -479,7 +489,7 @@ def self_test(model_dir=None):
 def _moe_inputs(m, ids):
     """The post_attention_layernorm output entering each MoE layer."""
     W, out = m.w, {}
-    x = W["model.embed_tokens.weight"][np.asarray(ids)]
+    x = W["model.embed_tokens.weight"][np.asarray(ids)].astype(np.float64)
     pos = np.arange(len(ids))
     for i in range(m.layers):
         p = f"model.layers.{i}."

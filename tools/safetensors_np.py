@@ -286,11 +286,12 @@ class StreamWriter:
 
 def load_file(path, raw_fp8=False):
     """Returns name -> float32 (or integer) numpy array. F8_E4M3 / F8_E8M0
-    tensors are decoded to float32, or with raw_fp8 kept as uint8 codes."""
+    tensors are decoded to float32, or with raw_fp8 kept as uint8 codes.
+    The file is memory-mapped, so only the decoded copies take memory."""
     with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    data = np.memmap(path, dtype=np.uint8, mode="r")
     base = 8 + n
     out = {}
     for name, e in header.items():
@@ -299,14 +300,15 @@ def load_file(path, raw_fp8=False):
         b, end = e["data_offsets"]
         raw = data[base + b : base + end]
         if e["dtype"] == "BF16":
-            arr = bf16_bits_to_f32(np.frombuffer(raw, dtype=np.uint16))
+            arr = bf16_bits_to_f32(raw.view(np.uint16) if (base + b) % 2 == 0 else raw.copy().view(np.uint16))
         elif e["dtype"] in FP8_DTYPES:
-            arr = np.frombuffer(raw, dtype=np.uint8).copy()
+            arr = np.array(raw)
             if not raw_fp8:
                 arr = e4m3_decode(arr) if e["dtype"] == "F8_E4M3" else e8m0_decode(arr)
         else:
-            arr = np.frombuffer(raw, dtype=_NP[e["dtype"]]).astype(np.float32)
-        out[name] = arr.reshape(e["shape"])
+            arr = np.frombuffer(raw.tobytes(), dtype=_NP[e["dtype"]]).astype(np.float32)
+        out[name] = np.asarray(arr).reshape(e["shape"])
+    del data
     return out
 
 
