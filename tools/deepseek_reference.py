@@ -35,6 +35,12 @@ Semantics decided (see the notes at each function):
 * FP8: weight = f32(float(e4m3) * f32 scale_inv) per 128x128 block (one f32
   product, bit-exact with a C++ kernel doing the same), then float64.
 * The MTP layer (model.layers.{num_hidden_layers}) is loaded but not run.
+* RMSNorm eps: rms_norm_eps for every norm, q_a/kv_a_layernorm included (as
+  vLLM; HF's DeepseekV3 builds those two with its default 1e-6; the writer
+  uses 1e-6, where both agree).
+* DeepseekV32ForCausalLM is accepted without its indexer, i.e. as dense MLA,
+  which is exact only for T <= index_topk (spec §3.1.3); longer inputs are
+  refused.
 
 CLI:
   deepseek_reference.py --model DIR --ids 1,2,3 [--absorbed] [--bf16-kv] [--out f.json|f.npy]
@@ -320,6 +326,11 @@ class DeepseekReference:
     def hidden(self, ids, absorbed=None):
         """Final hidden state after model.norm, [T, hidden]."""
         absorbed = self.absorbed if absorbed is None else absorbed
+        topk = self.cfg.get("index_topk")
+        if topk is not None and len(ids) > topk:
+            # DeepseekV32: the lightning indexer (spec §3.1.3) is not modelled; it
+            # selects every causal key (dense MLA) only while T <= index_topk.
+            raise ValueError(f"{len(ids)} tokens > index_topk {topk}: the V3.2 indexer is not modelled")
         W = self.w
         ids = np.asarray(ids, dtype=np.int64)
         x = W["model.embed_tokens.weight"][ids].astype(np.float64)
@@ -353,6 +364,7 @@ def _write(out, *args):
 
 
 def self_test(model_dir=None):
+    fresh = model_dir is None  # a fresh f32 checkpoint also gets its FP8 twin and variants checked
     failures = []
 
     def check(ok, what):
@@ -400,6 +412,11 @@ def self_test(model_dir=None):
         check(np.max(np.abs(ab - mha)) / scale < 1e-10,
               f"absorbed == non-absorbed MLA (rel {np.max(np.abs(ab - mha)) / scale:.1e})")
         check(0.3 < np.std(mha) < 30, f"logits O(1) (std {np.std(mha):.2f})")
+        # a bf16 latent cache rounds the same (c_kv, k_pe) in both forms
+        mk = DeepseekReference(model_dir, bf16_kv=True)
+        k1, k2 = mk.forward(ids, absorbed=False), mk.forward(ids, absorbed=True)
+        check(np.max(np.abs(k1 - k2)) / scale < 1e-10 and 0 < np.max(np.abs(k1 - mha)) / scale < 1e-2,
+              "bf16 latent cache: both forms agree, close to the f32 one")
 
         # MoE invariants on the real hidden states of each MoE layer.
         rsf, k = c["routed_scaling_factor"], c["num_experts_per_tok"]
@@ -447,7 +464,7 @@ def self_test(model_dir=None):
             after = np.max(np.abs(out2[s:] - mha[s:]))
             check(before <= 1e-12 * scale and after > 1e-6, f"causality: token {s} changes only t >= {s}")
 
-        if os.path.basename(model_dir) == "f32":
+        if fresh:
             # FP8 variant of the same weights: dequantisation bit-exact, close to f32.
             fp8_dir = os.path.join(tmp, "fp8")
             _write(fp8_dir, "--dtype", "f32", "--seed", "3", "--fp8")

@@ -177,7 +177,7 @@ def build_config(a, p):
     # max_position_embeddings = factor * original: newer transformers derive the
     # YaRN factor from this ratio, older ones (and vLLM) read `factor`; with
     # both equal every loader builds the same table.
-    max_pos = a.max_position_embeddings or int(p["factor"] * p["orig_ctx"])
+    max_pos = a.max_position_embeddings or int((p["factor"] or 1) * p["orig_ctx"])
     c = {
         "architectures": ["DeepseekV3ForCausalLM"],
         "model_type": "deepseek_v3",
@@ -221,6 +221,8 @@ def build_config(a, p):
     }
     if a.fp8:
         c["quantization_config"] = dict(QUANTIZATION_CONFIG)
+        if a.broken == "unknown-quant-method":
+            c["quantization_config"]["quant_method"] = "fp7"
     return c
 
 
@@ -237,6 +239,9 @@ def main():
     ap.add_argument("--rope-type", choices=["yarn", "deepseek_yarn"], default="yarn")
     ap.add_argument("--max-position-embeddings", type=int, default=0, help="default factor * original")
     ap.add_argument("--q-lora-rank", type=int, default=None, help="0: null (q_proj instead of q_a/q_b)")
+    ap.add_argument("--broken", choices=["missing-scale", "scale-shape", "unknown-quant-method"],
+                    help="with --fp8: a bad checkpoint for refusal tests (layer 0's q_a_proj/q_proj loses "
+                         "its weight_scale_inv, or gets one column too many; or quant_method 'fp7')")
     sizes = {"vocab": "vocab_size", "hidden": "hidden_size", "layers": "num_hidden_layers",
              "dense_layers": "first_k_dense_replace", "moe_layer_freq": "moe_layer_freq",
              "heads": "num_attention_heads", "kv_lora": "kv_lora_rank", "nope": "qk_nope_head_dim",
@@ -263,6 +268,8 @@ def main():
         ap.error("num_experts_per_tok exceeds the experts of the topk_group groups")
     if p["vocab"] < 512:
         ap.error("vocab must be >= 512 (the copied tokenizer's size)")
+    if a.broken and not a.fp8:
+        ap.error("--broken needs --fp8")
     c = build_config(a, p)
     specs = tensor_list(c, p["mtp"])
 
@@ -270,13 +277,19 @@ def main():
     float_dt = {"f32": "F32", "bf16": "BF16"}[a.dtype]
     # Units: a tensor plus (with --fp8) its scale; a unit never straddles shards.
     units = []
+    victim = next(n for n, *_ in specs if n.startswith("model.layers.0.self_attn.q_"))
     for name, shape, kind, std, fp8able in specs:
         if kind == "bias":
             units.append([(name, "F32", shape, kind, std, False)])
         elif a.fp8 and fp8able:
             sshape = (-(-shape[0] // BLOCK), -(-shape[1] // BLOCK))
-            units.append([(name, "F8_E4M3", shape, kind, std, True),
-                          (name + "_scale_inv", "F32", sshape, "scale", 0, False)])
+            unit = [(name, "F8_E4M3", shape, kind, std, True),
+                    (name + "_scale_inv", "F32", sshape, "scale", 0, False)]
+            if name == victim and a.broken == "missing-scale":
+                unit = unit[:1]
+            elif name == victim and a.broken == "scale-shape":
+                unit[1] = (name + "_scale_inv", "F32", (sshape[0], sshape[1] + 1), "scale", 0, False)
+            units.append(unit)
         else:
             units.append([(name, float_dt, shape, kind, std, False)])
     shards = max(1, a.shards)
@@ -291,7 +304,10 @@ def main():
             for name, dt, shape, kind, std, quant in mine:
                 weight_map[name] = fname
                 if kind == "scale":
-                    w.write(name, np.concatenate(pending_scale, axis=0))
+                    sc = np.concatenate(pending_scale, axis=0)
+                    if sc.shape != tuple(shape):  # --broken scale-shape
+                        sc = np.pad(sc, [(0, 0), (0, shape[1] - sc.shape[1])], constant_values=1.0)
+                    w.write(name, sc)
                     pending_scale = None
                     continue
                 if quant:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The DeepSeek V3 tools (tools/): FP8 codec self-check, the random
-# checkpoint writer (tiny bf16, f32+FP8, sharded, q_lora null) and the numpy
+# checkpoint writer (tiny bf16, f32+FP8, sharded, q_lora null, --broken
+# FP8 variants the reference must refuse) and the numpy
 # reference's self-test (absorbed == non-absorbed MLA, MoE routing
 # invariants, causality, FP8 dequantisation), plus the compare_logits.py
 # plumbing on the reference's own greedy output. Runs without the engine:
@@ -64,6 +65,15 @@ PY
 grep -c '^ok' "$tmp/selftest.log" | sed 's/^/reference self-test checks passed: /'
 (cd "$tools" && $py deepseek_reference.py --self-test --model "$tmp/fp8" >"$tmp/selftest-fp8.log") \
   || { cat "$tmp/selftest-fp8.log"; fail "deepseek_reference self-test on the bf16+FP8 checkpoint"; }
+
+# Bad FP8 checkpoints (for the engine's refusal tests) are refused by the reference too.
+for b in missing-scale scale-shape unknown-quant-method; do
+  write "broken-$b" --fp8 --broken "$b"
+  if (cd "$tools" && $py -c "import sys; from deepseek_reference import DeepseekReference as R; R(sys.argv[1])" \
+      "$tmp/broken-$b" 2>/dev/null); then
+    fail "reference accepted the --broken $b checkpoint"
+  fi
+done
 
 # compare_logits.py on the reference's own greedy run (the absorbed form
 # against the non-absorbed one), so the e2e comparison path works before
