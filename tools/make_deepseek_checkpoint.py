@@ -29,7 +29,13 @@ Defaults: spec §6.1's V3.2-tiny minus the indexer (vocab 512, hidden 256,
 rope 16, v 32, inter 512, moe_inter 64, 8 experts, 1 shared, 2 active,
 4 groups, top-2 groups, sigmoid, routed_scaling_factor 2.5, YaRN factor 4
 over 1024 positions, beta 32/1, mscale 1/1), with the demo model's
-tokenizer (models/stories260k, vocab 512).
+tokenizer (models/stories260k, vocab 512). max_position_embeddings defaults
+to factor * original_max_position_embeddings (4096 tiny, 163840 wide, as
+V3's 40 * 4096), not the spec's max_seq_len 2048: some transformers
+versions derive the YaRN factor from that ratio, so keeping it equal to
+`factor` makes every loader build the same RoPE table.
+--broken missing-scale|scale-shape|unknown-quant-method (with --fp8) writes
+a bad checkpoint for the engine's refusal tests.
 
 Weights: linear N(0, 1/sqrt(in)); norms 1 + 0.1 N(0,1); embeddings N(0,1);
 lm_head N(0, 2/sqrt(hidden)) (logits O(1)); router N(0, 1/sqrt(hidden))

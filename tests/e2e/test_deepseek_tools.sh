@@ -30,7 +30,7 @@ write fp8-shards --dtype f32 --fp8 --shards 3 --seed 2 --q-lora-rank 0
 TOOLS=$tools $py - "$tmp" <<'PY' || fail "checkpoint layout"
 import json, os, sys
 sys.path.insert(0, os.environ["TOOLS"])
-from safetensors_np import load_dir_dtypes, load_dir
+from safetensors_np import load_dir_dtypes
 tmp = sys.argv[1]
 cfg = json.load(open(f"{tmp}/fp8/config.json"))
 assert cfg["architectures"] == ["DeepseekV3ForCausalLM"] and cfg["model_type"] == "deepseek_v3"
