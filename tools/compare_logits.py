@@ -6,14 +6,29 @@ forcing); row i of Pagoda's logits must match the reference at position
 len(prompt) - 1 + i within rtol * max|ref|, and Pagoda's token must be the
 reference's argmax (up to near-ties: a logit within argmax_rtol * max|ref|
 of the best; quantized runs pass a looser one).
+
+DeepSeek V3 checkpoints (architectures DeepseekV3ForCausalLM /
+DeepseekV32ForCausalLM) are checked against tools/deepseek_reference.py
+(--absorbed runs its attention in the absorbed form; the two forms agree
+to ~1e-15), every other model against tools/reference_model.py.
 """
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
 
 from reference_model import ReferenceModel
+
+
+def reference_for(model_dir, absorbed=False, **kw):
+    """The numpy reference matching the checkpoint's architecture."""
+    arch = (json.load(open(os.path.join(model_dir, "config.json"))).get("architectures") or [""])[0]
+    if arch in ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"):
+        from deepseek_reference import DeepseekReference
+        return DeepseekReference(model_dir, absorbed=absorbed, **kw)
+    return ReferenceModel(model_dir, **kw)
 
 
 def main():
@@ -22,6 +37,7 @@ def main():
     ap.add_argument("--pagoda-json", required=True)
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--argmax-rtol", type=float, default=1e-6)
+    ap.add_argument("--absorbed", action="store_true", help="DeepSeek: absorbed-form MLA in the reference")
     a = ap.parse_args()
     got = json.load(open(a.pagoda_json))
     prompt, out, rows = got["prompt_ids"], got["output_ids"], np.array(got["logits"], dtype=np.float64)
@@ -36,7 +52,7 @@ def main():
     # by a bf16 ulp (2^-8 relative): a few 1e-3 of the logits at worst.
     # A bf16 KV cache (reported by the engine) holds K/V rounded to bf16.
     bf16_kv = got.get("kv_cache_dtype") == "bf16"
-    model = ReferenceModel(a.model, bf16_activations=bf16_act, bf16_kv=bf16_kv)
+    model = reference_for(a.model, absorbed=a.absorbed, bf16_activations=bf16_act, bf16_kv=bf16_kv)
     bf16_act = bool(model.round_for)  # only models with bf16 weights round
     rtol = max(a.rtol, 5e-3) if bf16_act else a.rtol
     ref = model.logits(prompt + out)[len(prompt) - 1 : len(prompt) - 1 + len(out)]
