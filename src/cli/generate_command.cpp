@@ -79,6 +79,8 @@ nlohmann::json output_json(const RequestOutput& out, const std::string& prompt,
                       {"metrics",
                        {{"prompt_tokens", out.metrics.num_prompt_tokens},
                         {"output_tokens", out.metrics.num_output_tokens},
+                        {"cached_tokens", out.metrics.num_cached_tokens},
+                        {"preemptions", out.metrics.num_preemptions},
                         {"time_to_first_token_s", out.metrics.time_to_first_token_s},
                         {"time_per_output_token_s", out.metrics.time_per_output_token_s},
                         {"e2e_latency_s", out.metrics.e2e_latency_s}}}};
