@@ -13,11 +13,24 @@
 
 namespace pagoda::ops {
 
-// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16 or I8;
-// packed BF16 matrices (packed = true) use the panel layout of ops/packed.h.
+// FP8 block-scaled weights (DeepSeek V3's `weight` + `weight_scale_inv`):
+// one f32 scale per kFp8Block x kFp8Block block of the matrix, partial
+// blocks at the right and bottom edges.
+constexpr int64_t kFp8Block = 128;
+inline int64_t fp8_scale_rows(int64_t rows) { return (rows + kFp8Block - 1) / kFp8Block; }
+inline int64_t fp8_scale_cols(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block; }
+
+// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16, I8 or
+// F8E4M3; packed BF16 matrices (packed = true) use the panel layout of
+// ops/packed.h.
 // I8 (ops/quant.h): row r is q[r, :] * scales[r] (symmetric, per output
 // channel); row_sums[r] = sum_c q[r, c] lets the VNNI kernel use unsigned
 // activations (x + 128) and subtract 128 * row_sums[r].
+// F8E4M3: element (r, c) is f32(e4m3 byte) * block_scales[(r / 128) *
+// fp8_scale_cols(cols) + c / 128], that product rounded to f32 once (so an
+// FP8 linear equals, bit for bit, the F32 linear of that dequantised
+// matrix). The e4m3 NaN codes are not valid weights (the kernels read them
+// as 480).
 struct Matrix {
   const void* data = nullptr;
   DType dtype = DType::F32;
@@ -26,11 +39,18 @@ struct Matrix {
   const float* scales = nullptr;      // I8 only: [rows]
   const int32_t* row_sums = nullptr;  // I8 only: [rows]
   bool packed = false;                // BF16 only: ops/packed.h layout
+  // F8E4M3 only: [fp8_scale_rows(rows), fp8_scale_cols(cols)], row-major.
+  const float* block_scales = nullptr;
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr).
 // I8 weights: each row of x is quantized to int8 on the fly and the dot
 // products are exact integers (see ops/quant.h).
+// F8E4M3 weights are dequantised on the fly inside the kernel (1 byte per
+// weight read from memory; no wider copy exists): few rows of x convert
+// weights in registers, many rows dequantise a block of weight rows into a
+// per-thread f32 scratch and run the f32 GEMM tiles on it; both give the
+// F32 linear's bits on the dequantised matrix, whatever m.
 // x: [m, w.cols], y: [m, w.rows] with row stride ldy (0: w.rows; a larger
 // stride lets two linears fill the halves of one buffer, e.g. gate and up
 // projections read in place from the checkpoint); y must not alias x.

@@ -17,6 +17,11 @@ float matrix_at(const Matrix& w, int64_t row, int64_t col) {
     return bf16_to_f32(h);
   }
   if (w.dtype == DType::I8) return static_cast<const int8_t*>(w.data)[i] * w.scales[row];
+  if (w.dtype == DType::F8E4M3) {
+    const float scale =
+        w.block_scales[row / kFp8Block * fp8_scale_cols(w.cols) + col / kFp8Block];
+    return f8e4m3_to_f32(static_cast<const uint8_t*>(w.data)[i]) * scale;
+  }
   return static_cast<const float*>(w.data)[i];
 }
 

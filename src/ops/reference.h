@@ -22,7 +22,8 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
 
-// Element (row, col) of a weight matrix as f32 (I8: q * scale).
+// Element (row, col) of a weight matrix as f32 (I8: q * scale; F8E4M3:
+// f32(e4m3) * its block's scale, rounded once).
 float matrix_at(const Matrix& w, int64_t row, int64_t col);
 
 // Int8 (ops/quant.h, quant_reference.cpp): one row's quantization (returns

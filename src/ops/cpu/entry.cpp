@@ -49,8 +49,11 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   bool all_bf16 = true, any_packed = false, any_i8 = false;
   for (int i = 0; i < count; ++i) {
     const Matrix& w = *outs[i].w;
-    PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8,
+    PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8 ||
+                     w.dtype == DType::F8E4M3,
                  "linear: unsupported weight dtype {}", dtype_name(w.dtype));
+    PAGODA_CHECK(w.dtype != DType::F8E4M3 || (w.block_scales && !w.packed),
+                 "linear: F8E4M3 weights need block scales and a row-major layout");
     PAGODA_CHECK(w.cols == k, "linear_multi: output {} has {} cols, x has {}", i, w.cols, k);
     PAGODA_CHECK(outs[i].ldy == 0 || outs[i].ldy >= w.rows, "linear: output stride {} < {} rows",
                  outs[i].ldy, w.rows);
@@ -104,7 +107,10 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
         continue;
       }
       const int64_t n0 = u_lo * kColumnUnit, n1 = std::min(n, u_hi * kColumnUnit);
-      if (bf16_dot) {
+      if (o.w->dtype == DType::F8E4M3) {
+        kt.linear_fp8(x, m, static_cast<const uint8_t*>(o.w->data), o.w->block_scales, k, ldy,
+                      o.bias, o.y, n0, n1);
+      } else if (bf16_dot) {
         kt.linear_bf16_dot(xb, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0,
                            n1);
       } else if (o.w->dtype == DType::BF16) {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
+
 #define PAGODA_TARGET
 
 namespace pagoda::ops::scalar {
@@ -49,6 +51,19 @@ inline Vec vload_tail(const T* p, int n) {
   T buf[kLanes] = {};
   std::memcpy(buf, p, n * sizeof(T));
   return vload(buf);
+}
+
+// FP8 e4m3 bytes -> f32 times 2^-8 (the convention of the SIMD variants,
+// whose f16 trick yields that), exactly: table value times a power of two.
+inline Vec vload_e4m3(const uint8_t* p) {
+  Vec r;
+  for (int i = 0; i < kLanes; ++i) r[i] = f8e4m3_to_f32(p[i]) * (1.0f / 256.0f);
+  return r;
+}
+inline Vec vload_e4m3_tail(const uint8_t* p, int n) {
+  Vec r = vzero();
+  for (int i = 0; i < n; ++i) r[i] = f8e4m3_to_f32(p[i]) * (1.0f / 256.0f);
+  return r;
 }
 
 inline void vstore(float* p, Vec a) { std::memcpy(p, &a, sizeof(a)); }
