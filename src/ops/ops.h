@@ -57,6 +57,11 @@ struct Matrix {
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
             int64_t ldy = 0);
 
+// Columns [c0, c1) of row `row` of an F8E4M3 matrix as f32: the values
+// linear computes with (ref::matrix_at's). For load-time conversions
+// (int8 requantisation, unaligned tensor-parallel slices), not hot paths.
+void dequantize_fp8_row(const Matrix& w, int64_t row, int64_t c0, int64_t c1, float* out);
+
 // Several linears of one input x (q/k/v, gate/up): x is prepared once (bf16
 // rounding) and one thread split covers all their output columns, so the
 // threads meet once instead of once per matrix. Each output equals what
