@@ -91,6 +91,38 @@ void add_rms_norm(float* residual, const float* x, const float* weight, int64_t 
 void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
           const float* inv_freq, int rot_dim);
 
+// Rotary embedding of a slice of each head, in either pair layout (spec
+// §0.3): DeepSeek V3/V3.2 MLA rotates the last qk_rope_head_dim elements of
+// each q head and the k_pe vector interleaved (GPT-J), the V3.2 indexer the
+// first 64 half-split (NeoX); V4 also de-rotates attention outputs.
+enum class RopeLayout {
+  NeoX,         // pairs (i, i + rot_dim / 2), HF "rotate_half"
+  Interleaved,  // pairs (2i, 2i + 1), GPT-J / DeepSeek's official code
+};
+struct RopeParams {
+  int num_heads = 1;
+  int head_dim = 0;           // elements from one head to the next
+  int64_t token_stride = 0;   // elements from one token to the next; 0: num_heads * head_dim
+  int offset = 0;             // first rotated element within a head
+  int rot_dim = 0;            // rotated elements (even): [offset, offset + rot_dim)
+  RopeLayout layout = RopeLayout::NeoX;
+  bool inverse = false;       // rotate by -angle (the inverse rotation)
+};
+// For each token t and head h: the slice's pair i (per layout) rotated by
+// angle positions[t] * inv_freq[i] (inv_freq: rot_dim / 2 values; angles,
+// cos and sin in f32 as ops::rope forms them); elements outside the slice
+// are untouched. x: num_tokens rows of token_stride elements, heads at
+// multiples of head_dim.
+void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
+          const RopeParams& p);
+
+// y[i, :] = (x[i, :] - mean) / sqrt(var + eps) * weight + bias, with the
+// biased variance (mean of squared deviations) of the row of length n, as
+// torch.nn.LayerNorm (the V3.2 indexer's k_norm). bias may be null (zero);
+// y may alias x.
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y);
+
 // out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j] for j < inter;
 // gate_up: [m, 2 * inter] (gate then up), out: [m, inter].
 void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);

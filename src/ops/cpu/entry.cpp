@@ -128,6 +128,14 @@ void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
                [&](int64_t r0, int64_t r1) { kt.silu_mul_rows(gate_up, inter, out, r0, r1); });
 }
 
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y) {
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  parallel_for(m, rows_per_thread(n), [&](int64_t r0, int64_t r1) {
+    kt.layer_norm_rows(x, weight, bias, n, eps, y, r0, r1);
+  });
+}
+
 void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) {
   const cpu::KernelTable& kt = cpu::active_kernels();
   parallel_for(m, rows_per_thread(n),

@@ -563,6 +563,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
 }
 
 #include "ops/cpu/fp8_linear_impl.h"
+#include "ops/cpu/rope_layer_norm_impl.h"
 
 }  // namespace
 
@@ -572,6 +573,8 @@ const cpu::KernelTable& kernel_table() {
                        add_rms_norm_rows, silu_mul_rows, attention<float>,
                        attention<uint16_t>};
     t.linear_fp8 = linear_fp8;
+    t.rope_slice = rope_slice;
+    t.layer_norm_rows = layer_norm_rows;
     return t;
   }();
   return table;

@@ -87,6 +87,8 @@ PAGODA_TARGET inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 PAGODA_TARGET inline Vec vround(Vec a) {
   return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+// Lanes (0, 1), (2, 3), ... swapped (interleaved RoPE pairs).
+PAGODA_TARGET inline Vec vswap_pairs(Vec a) { return _mm256_permute_ps(a, _MM_SHUFFLE(2, 3, 0, 1)); }
 // a * 2^n for integral n in [-126, 127]: 2^n built in the exponent field.
 PAGODA_TARGET inline Vec vldexp(Vec a, Vec n) {
   const __m256i bits =

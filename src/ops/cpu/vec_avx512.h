@@ -78,6 +78,11 @@ PAGODA_TARGET inline Vec vmax(Vec a, Vec b) { return _mm512_maskz_max_ps(0xffff,
 PAGODA_TARGET inline Vec vround(Vec a) {
   return _mm512_maskz_roundscale_ps(0xffff, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+// Lanes (0, 1), (2, 3), ... swapped: the partner of each element in an
+// interleaved (GPT-J) RoPE pair.
+PAGODA_TARGET inline Vec vswap_pairs(Vec a) {
+  return _mm512_maskz_permute_ps(0xffff, a, _MM_SHUFFLE(2, 3, 0, 1));
+}
 // a * 2^n for integral n in [-126, 127].
 PAGODA_TARGET inline Vec vldexp(Vec a, Vec n) { return _mm512_maskz_scalef_ps(0xffff, a, n); }
 

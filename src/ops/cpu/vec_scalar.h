@@ -92,6 +92,8 @@ inline Vec vround(Vec a) {
     a[i] = std::nearbyint(a[i]);  // default rounding: to nearest even
   return a;
 }
+// Lanes (0, 1), (2, 3) swapped (interleaved RoPE pairs).
+inline Vec vswap_pairs(Vec a) { return Vec{a[1], a[0], a[3], a[2]}; }
 // a * 2^n for integral n in [-126, 127].
 inline Vec vldexp(Vec a, Vec n) {
   for (int i = 0; i < kLanes; ++i) a[i] = std::ldexp(a[i], static_cast<int>(n[i]));
