@@ -43,13 +43,32 @@ void parse_rope(const JsonFields& f, ModelConfig& c) {
   r.string(type_key, s.type);
   if (v5) r.number("rope_theta", c.rope_theta, /*positive=*/true);
   if (s.type == "default") return;
-  if (s.type != "linear" && s.type != "llama3") {
-    throw_input_error("{}: {}.{} '{}' is not supported (supported: default, linear, llama3)",
-                      f.file(), key, type_key, s.type);
+  if (s.type != "linear" && s.type != "llama3" && !s.is_yarn()) {
+    throw_input_error(
+        "{}: {}.{} '{}' is not supported (supported: default, linear, llama3, yarn, "
+        "deepseek_yarn)",
+        f.file(), key, type_key, s.type);
   }
   // Like transformers' rope validation: the scaling parameters are required.
   if (!r.has("factor")) r.missing("factor");
   r.number("factor", s.factor, /*positive=*/true);
+  if (s.is_yarn()) {
+    // transformers' defaults: beta 32 / 1, mscale 1, no mscale_all_dim, the
+    // original context = max_position_embeddings when not given.
+    r.number("beta_fast", s.beta_fast, /*positive=*/true);
+    r.number("beta_slow", s.beta_slow, /*positive=*/true);
+    r.number("mscale", s.mscale);
+    r.number("mscale_all_dim", s.mscale_all_dim);
+    r.number("attention_factor", s.attention_factor, /*positive=*/true);
+    s.original_max_position_embeddings = c.max_position_embeddings;
+    r.positive_int("original_max_position_embeddings", s.original_max_position_embeddings);
+    if (s.original_max_position_embeddings <= 0) r.missing("original_max_position_embeddings");
+    if (!(s.beta_fast > s.beta_slow)) {
+      throw_input_error("{}: {}.beta_fast ({}) must exceed beta_slow ({})", f.file(), key,
+                        s.beta_fast, s.beta_slow);
+    }
+    return;
+  }
   if (s.type == "llama3") {
     for (const char* k : {"low_freq_factor", "high_freq_factor"}) {
       if (!r.has(k)) r.missing(k);

@@ -10,11 +10,20 @@
 namespace pagoda {
 
 struct RopeScaling {
-  std::string type = "default";  // "default" | "linear" | "llama3"
+  // "default" | "linear" | "llama3" | "yarn" | "deepseek_yarn" (the latter
+  // two are the same YaRN; DeepSeek's configs name it either way).
+  std::string type = "default";
   double factor = 1.0;
   double low_freq_factor = 1.0;                  // llama3
   double high_freq_factor = 4.0;                 // llama3
-  int64_t original_max_position_embeddings = 0;  // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn (default: max_position_embeddings)
+  double beta_fast = 32.0;                       // yarn: correction range, in rotations
+  double beta_slow = 1.0;
+  double mscale = 1.0;          // yarn: cos/sin magnitude, see models/rope.h
+  double mscale_all_dim = 0.0;  // yarn: 0 = unset
+  double attention_factor = 0.0;  // yarn: explicit cos/sin factor (0 = derive from mscale)
+
+  bool is_yarn() const { return type == "yarn" || type == "deepseek_yarn"; }
 };
 
 struct ModelConfig {
