@@ -118,7 +118,11 @@ int run_generate(GenerateArgs& a) {
                                         ? prompts[i].text
                                         : llm.tokenizer().decode(prompts[i].token_ids);
     if (a.json) {
-      std::cout << output_json(outputs[i], prompt_text, llm.tokenizer()).dump() << "\n";
+      // Text decoded from arbitrary token ids may end inside a UTF-8
+      // sequence: invalid bytes become U+FFFD rather than an exception.
+      std::cout << output_json(outputs[i], prompt_text, llm.tokenizer())
+                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                << "\n";
     } else {
       std::cout << prompt_text << outputs[i].text << "\n";
       if (i + 1 < outputs.size()) std::cout << "\n";

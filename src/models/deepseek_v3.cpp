@@ -213,15 +213,9 @@ class DeepseekV3Model final : public CausalLM {
 void DeepseekV3Model::init_rope() {
   const RopeScaling& rs = config_.rope_scaling;
   inv_freq_ = rope_inv_freq(rs, config_.rope_theta, static_cast<int>(ds_.qk_rope_head_dim));
-  softmax_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ds_.q_head_dim())));
-  if (rs.type == "yarn" || rs.type == "deepseek_yarn") {
-    if (rs.mscale_all_dim > 0) {
-      const double m = yarn_get_mscale(rs.factor, rs.mscale_all_dim);
-      softmax_scale_ = static_cast<float>(softmax_scale_ * m * m);
-    }
-    rope_scale_ = static_cast<float>(yarn_get_mscale(rs.factor, rs.mscale) /
-                                     yarn_get_mscale(rs.factor, rs.mscale_all_dim));
-  }
+  softmax_scale_ = static_cast<float>(yarn_softmax_scale_factor(rs) /
+                                      std::sqrt(static_cast<double>(ds_.q_head_dim())));
+  rope_scale_ = static_cast<float>(rope_attention_factor(rs));
 }
 
 void DeepseekV3Model::load() {
