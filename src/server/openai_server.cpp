@@ -101,7 +101,8 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
     send_json(res, 200, {{"status", "ok"}});
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(impl_->metrics.render(engine_.stats()), "text/plain; version=0.0.4");
+    res.set_content(impl_->metrics.render(engine_.stats(), options_.served_model_name),
+                    "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", guarded(true, [this](const httplib::Request&, httplib::Response& res) {
              const Json model = {{"id", options_.served_model_name},
