@@ -229,8 +229,9 @@ void parse_common(const Json& j, GenerationRequest& r) {
     const Json& so = j["stream_options"];
     if (!so.is_object()) throw bad_request("stream_options must be an object", "stream_options");
     Reader(so, "stream_options.").boolean("include_usage", r.include_usage);
-    // As vLLM and OpenAI: the options would otherwise be silently ignored.
-    if (!r.stream)
+    // As vLLM: the options would otherwise be silently ignored ({} is no
+    // option at all).
+    if (!r.stream && !so.empty())
       throw bad_request("stream_options is only allowed with stream: true", "stream_options");
   }
   refuse_unimplemented(j, r.n);
@@ -414,8 +415,9 @@ GenerationRequest parse_chat_request(const std::string& body) {
   f.boolean("logprobs", logprobs);
   int top = 0;
   f.integer("top_logprobs", top, 0, 20);
-  // As vLLM: top_logprobs alone would be silently ignored.
-  if (f.has("top_logprobs") && !logprobs) throw f.error("top_logprobs", "needs logprobs: true");
+  // As vLLM: top_logprobs > 0 alone would be silently ignored (0, which
+  // some clients send by default, asks for nothing).
+  if (top > 0 && !logprobs) throw f.error("top_logprobs", "needs logprobs: true");
   if (logprobs) r.top_logprobs = top;
   return r;
 }

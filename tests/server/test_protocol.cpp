@@ -147,6 +147,7 @@ TEST(Protocol, UnimplementedOutputChangingFieldsAreRefused) {
 
 TEST(Protocol, TopLogprobsNeedsLogprobs) {
   EXPECT_EQ(rejected_param(chat_with("top_logprobs", "3"), true), "top_logprobs");
+  EXPECT_EQ(rejected_param(chat_with("top_logprobs", "0"), true), "<accepted>");
   EXPECT_EQ(rejected_param(chat_with("top_logprobs", "3").insert(1, R"("logprobs": true, )"), true),
             "<accepted>");
   EXPECT_EQ(
@@ -157,6 +158,7 @@ TEST(Protocol, TopLogprobsNeedsLogprobs) {
 TEST(Protocol, StreamOptionsNeedStream) {
   EXPECT_EQ(rejected_param(completion_with("stream_options", R"({"include_usage": true})")),
             "stream_options");
+  EXPECT_EQ(rejected_param(completion_with("stream_options", "{}")), "<accepted>");
   EXPECT_EQ(rejected_param(completion_with("stream_options", R"({"include_usage": "yes"})")
                                .insert(1, R"("stream": true, )")),
             "stream_options.include_usage");
