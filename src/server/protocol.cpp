@@ -307,8 +307,9 @@ ChatPrompt parse_chat_prompt(const Json& j) {
     if (m.contains("content") && m["content"].is_array()) {
       std::string text;
       for (const auto& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
+        // (value("type", "") would throw, a 500, for a non-string type.)
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+            !part.contains("text") || !part["text"].is_string()) {
           throw bad_request("only text content parts are supported", "messages");
         }
         text += part["text"].get<std::string>();

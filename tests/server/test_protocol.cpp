@@ -228,5 +228,21 @@ TEST(Protocol, TokenizeRequests) {
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "b"}], "tools": 1e999})"), "tools");
 }
 
+// Found by fuzzing the chat endpoint: a content part whose "type" is not a
+// string threw nlohmann's type_error (a 500).
+TEST(Protocol, ContentPartsOfTheWrongShapeAre400s) {
+  for (const char* parts :
+       {R"([{"type": 5}])", R"([{"type": null, "text": "a"}])", R"([{"type": "text", "text": 5}])",
+        R"([{"type": "image_url"}])", R"([5])", R"([{"text": "a"}])"}) {
+    const std::string body =
+        std::string(R"({"messages": [{"role": "user", "content": )") + parts + "}]}";
+    EXPECT_EQ(rejected_param(body, true), "messages") << parts;
+  }
+  const GenerationRequest r = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                    {"type": "text", "text": "b"}]}]})");
+  EXPECT_EQ(r.chat_prompt.messages[0]["content"], "ab");
+}
+
 }  // namespace
 }  // namespace pagoda::server
