@@ -90,6 +90,19 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
                             std::to_string(max_tokens) + " for the completion).",
                         req.chat ? "messages" : "prompt");
     }
+    // The engine checks these too, but its InputError cannot name the field.
+    if (req.sampling.min_tokens > max_tokens) {
+      throw bad_request("min_tokens (" + std::to_string(req.sampling.min_tokens) +
+                            ") must not exceed max_tokens (" + std::to_string(max_tokens) + ")",
+                        "min_tokens");
+    }
+    if (req.sampling.priority != 0 &&
+        ctx.engine.engine().options().scheduling_policy != SchedulingPolicy::Priority) {
+      throw bad_request("priority " + std::to_string(req.sampling.priority) +
+                            " given, but priority scheduling is off (start the server with "
+                            "--scheduling-policy priority)",
+                        "priority");
+    }
     sub.prompt_tokens.push_back(len);
     for (int c = 0; c < req.n; ++c) {
       SamplingParams params = req.sampling;

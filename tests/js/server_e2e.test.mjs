@@ -194,7 +194,8 @@ test("bad input gets the right 4xx and a JSON error; the server still works", as
     ["/v1/completions", JSON.stringify({ prompt: "hi", temperature: -1 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", top_p: 0 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", n: 0 }), 400],
-    ["/v1/completions", JSON.stringify({ prompt: "hi", priority: 3 }), 400],  // fcfs server
+    ["/v1/completions", JSON.stringify({ prompt: "hi", priority: 3 }), 400, "priority"],  // fcfs server
+    ["/v1/completions", JSON.stringify({ prompt: "hi", max_tokens: 4, min_tokens: 5 }), 400, "min_tokens"],
     ["/v1/completions", JSON.stringify({ prompt: "hi", priority: 1.5 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", model: "gpt-4" }), 404],
     ["/v1/completions", JSON.stringify({ prompt: "once ".repeat(600) }), 400],
