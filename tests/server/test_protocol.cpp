@@ -77,7 +77,7 @@ TEST(Protocol, IntegersBeyondInt64AreRejectedNotWrapped) {
       EXPECT_EQ(rejected_param(completion_with(field, v)), field) << field << " = " << v;
     }
   }
-  EXPECT_EQ(rejected_param(chat_with("top_logprobs", "18446744073709551615") + "", true),
+  EXPECT_EQ(rejected_param(chat_with("top_logprobs", "18446744073709551615"), true),
             "top_logprobs");
   EXPECT_EQ(rejected_param(completion_with("stop_token_ids", "[18446744073709551615]")),
             "stop_token_ids");
@@ -105,7 +105,6 @@ TEST(Protocol, EveryNumericFieldRejectsEveryWrongValue) {
       "{}",     "true",  "1e300"};
   for (const std::string& f : fields) {
     for (const std::string& v : values) {
-      if (v == "1e300" && (f == "seed")) continue;  // a float seed: still wrong type, below
       EXPECT_EQ(rejected_param(completion_with(f, v)), f) << f << " = " << v;
       EXPECT_EQ(rejected_param(chat_with(f, v), true), f) << "chat " << f << " = " << v;
     }
