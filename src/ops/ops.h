@@ -13,11 +13,24 @@
 
 namespace pagoda::ops {
 
-// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16 or I8;
-// packed BF16 matrices (packed = true) use the panel layout of ops/packed.h.
+// FP8 block-scaled weights (DeepSeek V3's `weight` + `weight_scale_inv`):
+// one f32 scale per kFp8Block x kFp8Block block of the matrix, partial
+// blocks at the right and bottom edges.
+constexpr int64_t kFp8Block = 128;
+inline int64_t fp8_scale_rows(int64_t rows) { return (rows + kFp8Block - 1) / kFp8Block; }
+inline int64_t fp8_scale_cols(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block; }
+
+// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16, I8 or
+// F8E4M3; packed BF16 matrices (packed = true) use the panel layout of
+// ops/packed.h.
 // I8 (ops/quant.h): row r is q[r, :] * scales[r] (symmetric, per output
 // channel); row_sums[r] = sum_c q[r, c] lets the VNNI kernel use unsigned
 // activations (x + 128) and subtract 128 * row_sums[r].
+// F8E4M3: element (r, c) is f32(e4m3 byte) * block_scales[(r / 128) *
+// fp8_scale_cols(cols) + c / 128], that product rounded to f32 once (so an
+// FP8 linear equals, bit for bit, the F32 linear of that dequantised
+// matrix). The e4m3 NaN codes are not valid weights (the kernels read them
+// as 480).
 struct Matrix {
   const void* data = nullptr;
   DType dtype = DType::F32;
@@ -26,16 +39,28 @@ struct Matrix {
   const float* scales = nullptr;      // I8 only: [rows]
   const int32_t* row_sums = nullptr;  // I8 only: [rows]
   bool packed = false;                // BF16 only: ops/packed.h layout
+  // F8E4M3 only: [fp8_scale_rows(rows), fp8_scale_cols(cols)], row-major.
+  const float* block_scales = nullptr;
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr).
 // I8 weights: each row of x is quantized to int8 on the fly and the dot
 // products are exact integers (see ops/quant.h).
+// F8E4M3 weights are dequantised on the fly inside the kernel (1 byte per
+// weight read from memory; no wider copy exists): few rows of x convert
+// weights in registers, many rows dequantise a block of weight rows into a
+// per-thread f32 scratch and run the f32 GEMM tiles on it; both give the
+// F32 linear's bits on the dequantised matrix, whatever m.
 // x: [m, w.cols], y: [m, w.rows] with row stride ldy (0: w.rows; a larger
 // stride lets two linears fill the halves of one buffer, e.g. gate and up
 // projections read in place from the checkpoint); y must not alias x.
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
             int64_t ldy = 0);
+
+// Columns [c0, c1) of row `row` of an F8E4M3 matrix as f32: the values
+// linear computes with (ref::matrix_at's). For load-time conversions
+// (int8 requantisation, unaligned tensor-parallel slices), not hot paths.
+void dequantize_fp8_row(const Matrix& w, int64_t row, int64_t c0, int64_t c1, float* out);
 
 // Several linears of one input x (q/k/v, gate/up): x is prepared once (bf16
 // rounding) and one thread split covers all their output columns, so the
@@ -65,6 +90,38 @@ void add_rms_norm(float* residual, const float* x, const float* weight, int64_t 
 // alone (partial rotary). x: [num_tokens, num_heads, head_dim].
 void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
           const float* inv_freq, int rot_dim);
+
+// Rotary embedding of a slice of each head, in either pair layout (spec
+// §0.3): DeepSeek V3/V3.2 MLA rotates the last qk_rope_head_dim elements of
+// each q head and the k_pe vector interleaved (GPT-J), the V3.2 indexer the
+// first 64 half-split (NeoX); V4 also de-rotates attention outputs.
+enum class RopeLayout {
+  NeoX,         // pairs (i, i + rot_dim / 2), HF "rotate_half"
+  Interleaved,  // pairs (2i, 2i + 1), GPT-J / DeepSeek's official code
+};
+struct RopeParams {
+  int num_heads = 1;
+  int head_dim = 0;           // elements from one head to the next
+  int64_t token_stride = 0;   // elements from one token to the next; 0: num_heads * head_dim
+  int offset = 0;             // first rotated element within a head
+  int rot_dim = 0;            // rotated elements (even): [offset, offset + rot_dim)
+  RopeLayout layout = RopeLayout::NeoX;
+  bool inverse = false;       // rotate by -angle (the inverse rotation)
+};
+// For each token t and head h: the slice's pair i (per layout) rotated by
+// angle positions[t] * inv_freq[i] (inv_freq: rot_dim / 2 values; angles,
+// cos and sin in f32 as ops::rope forms them); elements outside the slice
+// are untouched. x: num_tokens rows of token_stride elements, heads at
+// multiples of head_dim.
+void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
+          const RopeParams& p);
+
+// y[i, :] = (x[i, :] - mean) / sqrt(var + eps) * weight + bias, with the
+// biased variance (mean of squared deviations) of the row of length n, as
+// torch.nn.LayerNorm (the V3.2 indexer's k_norm). bias may be null (zero);
+// y may alias x.
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y);
 
 // out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j] for j < inter;
 // gate_up: [m, 2 * inter] (gate then up), out: [m, inter].

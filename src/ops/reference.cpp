@@ -17,6 +17,11 @@ float matrix_at(const Matrix& w, int64_t row, int64_t col) {
     return bf16_to_f32(h);
   }
   if (w.dtype == DType::I8) return static_cast<const int8_t*>(w.data)[i] * w.scales[row];
+  if (w.dtype == DType::F8E4M3) {
+    const float scale =
+        w.block_scales[row / kFp8Block * fp8_scale_cols(w.cols) + col / kFp8Block];
+    return f8e4m3_to_f32(static_cast<const uint8_t*>(w.data)[i]) * scale;
+  }
   return static_cast<const float*>(w.data)[i];
 }
 
@@ -60,6 +65,44 @@ void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32
         v[i] = static_cast<float>(a * c - b * s);
         v[i + half] = static_cast<float>(b * c + a * s);
       }
+    }
+  }
+}
+
+void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
+          const RopeParams& p) {
+  const int half = p.rot_dim / 2;
+  const int64_t token_stride = p.token_stride ? p.token_stride : int64_t{p.num_heads} * p.head_dim;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int h = 0; h < p.num_heads; ++h) {
+      float* v = x + t * token_stride + int64_t{h} * p.head_dim + p.offset;
+      for (int i = 0; i < half; ++i) {
+        // The two elements pair i rotates, as the layouts define them.
+        const int a_at = p.layout == RopeLayout::Interleaved ? 2 * i : i;
+        const int b_at = p.layout == RopeLayout::Interleaved ? 2 * i + 1 : i + half;
+        const double angle = double{static_cast<float>(positions[t]) * inv_freq[i]};
+        const double c = std::cos(angle), s = p.inverse ? -std::sin(angle) : std::sin(angle);
+        const double a = v[a_at], b = v[b_at];
+        v[a_at] = static_cast<float>(a * c - b * s);
+        v[b_at] = static_cast<float>(b * c + a * s);
+      }
+    }
+  }
+}
+
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    double mean = 0;
+    for (int64_t j = 0; j < n; ++j) mean += x[i * n + j];
+    mean /= static_cast<double>(n);
+    double var = 0;
+    for (int64_t j = 0; j < n; ++j) var += (x[i * n + j] - mean) * (x[i * n + j] - mean);
+    var /= static_cast<double>(n);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t j = 0; j < n; ++j) {
+      y[i * n + j] =
+          static_cast<float>((x[i * n + j] - mean) * inv * weight[j] + (bias ? bias[j] : 0.0));
     }
   }
 }

@@ -13,6 +13,10 @@ void add_rms_norm(float* residual, const float* x, const float* weight, int64_t 
                   float eps, float* y);
 void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
           const float* inv_freq, int rot_dim);
+void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
+          const RopeParams& p);
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y);
 void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);
 void softmax(float* x, int64_t n);
 void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
@@ -22,7 +26,8 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
 
-// Element (row, col) of a weight matrix as f32 (I8: q * scale).
+// Element (row, col) of a weight matrix as f32 (I8: q * scale; F8E4M3:
+// f32(e4m3) * its block's scale, rounded once).
 float matrix_at(const Matrix& w, int64_t row, int64_t col);
 
 // Int8 (ops/quant.h, quant_reference.cpp): one row's quantization (returns

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>  // kernels_impl.h's thread scratch
 
 #include "ops/ops.h"
 
@@ -116,6 +117,21 @@ struct KernelTable {
   void (*linear_bf16_packed)(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
                              int64_t ldy, const float* bias, float* y, int64_t p0,
                              int64_t p1) = nullptr;
+  // F8E4M3 weights with block scales (ops::Matrix; scales row stride
+  // fp8_scale_cols(k)), y row stride ldy, columns [n0, n1) (n0 a multiple
+  // of 16). Bit-identical to linear_f32 on the dequantised weights.
+  void (*linear_fp8)(const float* x, int64_t m, const uint8_t* w, const float* block_scales,
+                     int64_t k, int64_t ldy, const float* bias, float* y, int64_t n0,
+                     int64_t n1) = nullptr;
+  // One head's rotated slice v[0, rot_dim) in place (ops::rope with
+  // RopeParams). Interleaved: cs = (c0, c0, c1, c1, ...), sn = (-s0, s0,
+  // -s1, s1, ...), so v' = v * cs + swap_pairs(v) * sn. NeoX: cs, sn hold
+  // the rot_dim / 2 cosines and sines.
+  void (*rope_slice)(float* v, const float* cs, const float* sn, int rot_dim,
+                     bool interleaved) = nullptr;
+  // Rows [r0, r1) of layer_norm (rows of length n; bias may be null).
+  void (*layer_norm_rows)(const float* x, const float* weight, const float* bias, int64_t n,
+                          float eps, float* y, int64_t r0, int64_t r1) = nullptr;
 };
 
 const KernelTable& scalar_kernels();
