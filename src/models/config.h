@@ -26,6 +26,17 @@ struct RopeScaling {
   bool is_yarn() const { return type == "yarn" || type == "deepseek_yarn"; }
 };
 
+// config.json's quantization_config: how the checkpoint's own weights are
+// stored. Only DeepSeek's FP8 format is accepted: quant_method "fp8", fmt
+// "e4m3", dynamic activations, 128 x 128 weight blocks (F8_E4M3 weights
+// with per-block scales, loaded by WeightStore::matrix).
+struct CheckpointQuantization {
+  std::string method;  // "" (none) or "fp8"
+  std::string fmt;
+  std::string activation_scheme;
+  std::vector<int64_t> weight_block_size;
+};
+
 struct ModelConfig {
   std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama", "qwen2", "qwen3"
@@ -45,6 +56,7 @@ struct ModelConfig {
   bool mlp_bias = false;
   std::string hidden_act = "silu";
   std::string torch_dtype;  // informational
+  CheckpointQuantization quantization;
   // Sliding-window attention: per-layer window in tokens, 0 = full attention.
   // Filled from `layer_types` or Qwen2-style sliding_window/max_window_layers.
   std::vector<int64_t> layer_sliding_window;

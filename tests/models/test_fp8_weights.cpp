@@ -12,6 +12,7 @@
 #include "checkpoint_test_util.h"
 #include "core/dtype.h"
 #include "models/checkpoint.h"
+#include "models/config.h"
 #include "models/quantize.h"
 #include "models/weights.h"
 #include "ops/ops.h"
@@ -181,6 +182,55 @@ TEST(Fp8Weights, BadScalesAreRefusedNamingTensorAndReason) {
                      {"tensor 'v3.weight' has shape [200, 300], expected [200, 301]"});
   // An FP8 tensor is not a vector of floats.
   expect_input_error([&] { store.vector("v3.weight", kRows); }, {"'v3.weight'", "F8_E4M3"});
+}
+
+}  // namespace
+}  // namespace pagoda::test
+
+namespace pagoda::test {
+namespace {
+
+ModelConfig load_quantized(const nlohmann::json& quantization_config) {
+  TempDir dir;
+  const nlohmann::json cfg = {{"architectures", {"DeepseekV3ForCausalLM"}},
+                              {"hidden_size", 64},
+                              {"intermediate_size", 128},
+                              {"num_hidden_layers", 2},
+                              {"num_attention_heads", 4},
+                              {"vocab_size", 100},
+                              {"quantization_config", quantization_config}};
+  write_file(dir / "config.json", cfg.dump());
+  return load_model_config(dir.str());
+}
+
+TEST(Fp8Config, DeepSeekQuantizationConfigIsReadAndOthersRefused) {
+  // DeepSeek V3's block as published.
+  const ModelConfig c = load_quantized({{"activation_scheme", "dynamic"},
+                                        {"fmt", "e4m3"},
+                                        {"quant_method", "fp8"},
+                                        {"weight_block_size", {128, 128}}});
+  EXPECT_EQ(c.quantization.method, "fp8");
+  EXPECT_EQ(c.quantization.fmt, "e4m3");
+  EXPECT_EQ(c.quantization.weight_block_size, (std::vector<int64_t>{128, 128}));
+  EXPECT_EQ(load_quantized(nullptr).quantization.method, "");
+
+  const std::vector<std::pair<nlohmann::json, std::string>> bad = {
+      {{{"quant_method", "gptq"}, {"bits", 4}}, "quant_method 'gptq' is not supported"},
+      {{{"bits", 4}}, "missing required field 'quantization_config.quant_method'"},
+      {{{"quant_method", "fp8"}, {"fmt", "e5m2"}, {"weight_block_size", {128, 128}}},
+       "fmt 'e5m2' is not supported"},
+      {{{"quant_method", "fp8"}, {"activation_scheme", "static"}, {"weight_block_size", {128, 128}}},
+       "activation_scheme 'static' is not supported"},
+      {{{"quant_method", "fp8"}}, "missing required field 'quantization_config.weight_block_size'"},
+      {{{"quant_method", "fp8"}, {"weight_block_size", {64, 64}}},
+       "weight_block_size [64, 64] is not supported"},
+      {{{"quant_method", "fp8"}, {"weight_block_size", 128}}, "a list of two integers"},
+      {"fp8", "'quantization_config' must be an object or null"},
+  };
+  for (const auto& [q, needle] : bad) {
+    SCOPED_TRACE(q.dump());
+    expect_input_error([&] { load_quantized(q); }, {needle});
+  }
 }
 
 }  // namespace
