@@ -54,24 +54,6 @@ DeepseekConfig load_deepseek_config(const std::string& dir) {
   }
   f.non_negative_int("num_nextn_predict_layers", c.num_nextn_predict_layers);
 
-  if (f.has("quantization_config")) {
-    if (!f.at("quantization_config").is_object()) f.fail("quantization_config", "an object");
-    const JsonFields q(f.at("quantization_config"), path, "quantization_config.");
-    q.string("quant_method", c.quant_method);
-    if (c.quant_method != "fp8") {
-      throw_input_error("{}: quantization_config.quant_method '{}' is not supported (only fp8)",
-                        path, c.quant_method);
-    }
-    if (q.has("weight_block_size")) {
-      const auto& b = q.at("weight_block_size");
-      if (!b.is_array() || b.size() != 2 || b[0] != 128 || b[1] != 128) {
-        q.fail("weight_block_size", "[128, 128]");
-      }
-    }
-    std::string fmt = "e4m3";
-    q.string("fmt", fmt);
-    if (fmt != "e4m3") q.fail("fmt", "\"e4m3\"");
-  }
   return c;
 }
 

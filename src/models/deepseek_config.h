@@ -30,8 +30,6 @@ struct DeepseekConfig {
   int64_t first_k_dense_replace = 0;
   int64_t moe_layer_freq = 1;
   int64_t num_nextn_predict_layers = 0;  // MTP layers after the stack (loaded, not run)
-  // quantization_config: "" (none) or "fp8" with 128x128 blocks.
-  std::string quant_method;
 
   int64_t q_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   // Layer l's FFN is a mixture of experts (HF DeepseekV3's rule).
@@ -41,7 +39,7 @@ struct DeepseekConfig {
 };
 
 // Reads DIR/config.json's DeepSeek fields; InputError naming the field for
-// a missing or bad one, an unknown quantization method or block size.
+// a missing or bad one (quantization_config is ModelConfig's).
 DeepseekConfig load_deepseek_config(const std::string& dir);
 
 }  // namespace pagoda

@@ -109,6 +109,19 @@ read -r cached _ <"$tmp/cached.stats"
 read -r _ preempted <"$tmp/preempted.stats"
 [[ ${preempted:-0} -gt 0 ]] || fail "the small-pool run preempted nothing (${preempted:-none})"
 
+# Bad FP8 checkpoints are refused at load with exit 2, naming the tensor
+# (or config field) and the reason.
+refuse() {  # refuse BROKEN EXPECTED-TEXT
+  make_ckpt "bad-$1" --fp8 --broken "$1"
+  local err rc
+  err=$("$pagoda" generate --model "$tmp/bad-$1" --prompt hi --max-tokens 2 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 2 && $err == *"$2"* ]] || fail "broken checkpoint '$1': exit $rc, message: $err"
+}
+refuse missing-scale "q_a_proj.weight_scale_inv"
+refuse scale-shape "expected [1, 2]"
+refuse unknown-quant-method "quant_method 'fp7'"
+
 if [[ $failures -ne 0 ]]; then
   echo "$failures DeepSeek V3 check(s) failed"
   exit 1
