@@ -208,6 +208,50 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
 
+// ---- MLA: attention over a paged latent cache (DeepSeek V2/V3) ---------
+// One layer's cache is one array [num_blocks, block_size, entry_dim] of
+// layout.dtype (F32, or BF16 with the rounding rules of KVLayout), with
+// entry_dim = kv_lora_rank + rope_dim: per token its normalised latent c_kv
+// (kv_lora_rank values) then its rotated k_pe (rope_dim values), shared by
+// every head. A token's slot is block_id * block_size + offset_in_block and
+// its entry starts at element slot * entry_dim (entries of a block are
+// adjacent, so a block is one run of memory).
+struct MLALayout {
+  int block_size = 16;
+  int kv_lora_rank = 0;
+  int rope_dim = 0;
+  DType dtype = DType::F32;  // F32 or BF16
+
+  int entry_dim() const { return kv_lora_rank + rope_dim; }
+  // Elements (of dtype) from the start of the cache to the entry of a slot.
+  int64_t entry_offset(int64_t slot) const { return slot * entry_dim(); }
+};
+
+// Stores each token's entry [latent ; k_pe] at its slot, converted to
+// layout.dtype. latent: [num_tokens] rows of kv_lora_rank values with row
+// stride latent_stride; k_pe: rows of rope_dim values with row stride
+// pe_stride (0 = the row length, i.e. dense). The strides let a model pass
+// its kv_a projection output [T, kv_lora_rank + rope_dim] in place (latent
+// = row start, k_pe = row start + kv_lora_rank, both strides entry_dim).
+// A negative slot means "do not store" (padding).
+void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_mapping,
+                  int64_t num_tokens, const MLALayout& layout, void* cache,
+                  int64_t latent_stride = 0, int64_t pe_stride = 0);
+
+// Absorbed-form MLA (MQA with one latent key per token): for query token t
+// and head h, with q_h = [q~_h = W_UK_h^T q_nope_h (kv_lora_rank) ; q_pe_h
+// (rope_dim)] and e_j = entry of key j,
+//   out[t, h, :] = sum_j softmax_j(scale * q_h . e_j) * e_j[0 : kv_lora_rank]
+// over the keys the token sees (AttentionBatch's causal rule; its
+// sliding_window must be 0). q: [num_tokens, num_heads, entry_dim]; out:
+// [num_tokens, num_heads, kv_lora_rank] (the latent output; the model then
+// applies W_UV per head). Math in f32 whatever the cache dtype. Each
+// (token, head) output is one fixed sequence of operations, whatever the
+// other tokens of the batch, the thread count or the tiling: a request
+// alone and in a batch give the same bits.
+void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
+                         const AttentionBatch& batch, int num_heads, float scale, float* out);
+
 // ---- Variant selection (tests run every variant the CPU supports) ---------
 // Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the
 // activations to bf16 (round-to-nearest-even) and accumulate bf16 products

@@ -208,4 +208,60 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   }
 }
 
+void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_mapping,
+                  int64_t num_tokens, const MLALayout& layout, void* cache, int64_t latent_stride,
+                  int64_t pe_stride) {
+  const int lora = layout.kv_lora_rank, rope = layout.rope_dim;
+  if (latent_stride == 0) latent_stride = lora;
+  if (pe_stride == 0) pe_stride = rope;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    if (slot_mapping[t] < 0) continue;
+    const int64_t to = layout.entry_offset(slot_mapping[t]);
+    for (int d = 0; d < lora; ++d)
+      kv_store(cache, layout.dtype, to + d, latent[t * latent_stride + d]);
+    for (int d = 0; d < rope; ++d)
+      kv_store(cache, layout.dtype, to + lora + d, k_pe[t * pe_stride + d]);
+  }
+}
+
+void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
+                         const AttentionBatch& batch, int num_heads, float scale, float* out) {
+  const int lora = layout.kv_lora_rank, ed = layout.entry_dim();
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    const int64_t q_begin = batch.query_start_loc[s], q_end = batch.query_start_loc[s + 1];
+    const int64_t seq_len = batch.seq_lens[s], num_new = q_end - q_begin;
+    const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+    // The sequence's entries gathered in key order, as f32.
+    std::vector<float> keys(static_cast<size_t>(seq_len) * ed);
+    for (int64_t t = 0; t < seq_len; ++t) {
+      const int64_t slot =
+          int64_t{table[t / layout.block_size]} * layout.block_size + t % layout.block_size;
+      for (int d = 0; d < ed; ++d)
+        keys[t * ed + d] = kv_at(cache, layout.dtype, layout.entry_offset(slot) + d);
+    }
+    for (int64_t j = 0; j < num_new; ++j) {
+      const int64_t last_key = seq_len - num_new + j;  // inclusive
+      for (int h = 0; h < num_heads; ++h) {
+        const float* qv = q + ((q_begin + j) * num_heads + h) * ed;
+        std::vector<double> p(last_key + 1);
+        double mx = -INFINITY;
+        for (int64_t t = 0; t <= last_key; ++t) {
+          double dot = 0;
+          for (int d = 0; d < ed; ++d) dot += double{qv[d]} * keys[t * ed + d];
+          p[t] = dot * scale;
+          mx = std::max(mx, p[t]);
+        }
+        double sum = 0;
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        float* o = out + ((q_begin + j) * num_heads + h) * lora;
+        for (int d = 0; d < lora; ++d) {
+          double acc = 0;
+          for (int64_t t = 0; t <= last_key; ++t) acc += p[t] * keys[t * ed + d];
+          o[d] = static_cast<float>(acc / sum);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace pagoda::ops::ref

@@ -25,6 +25,11 @@ void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64
 void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
+void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_mapping,
+                  int64_t num_tokens, const MLALayout& layout, void* cache,
+                  int64_t latent_stride = 0, int64_t pe_stride = 0);
+void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
+                         const AttentionBatch& batch, int num_heads, float scale, float* out);
 
 // Element (row, col) of a weight matrix as f32 (I8: q * scale; F8E4M3:
 // f32(e4m3) * its block's scale, rounded once).

@@ -57,6 +57,32 @@ constexpr int64_t attention_scratch_floats(int64_t hd) {
   return kMaxTileQueries * (hd + kKeyChunk + 2);
 }
 
+// A tile of MLA attention (ops.h mla_paged_attention): `rows` consecutive
+// query rows of one sequence times `heads` consecutive heads, all reading
+// the one latent entry per key. Query (r, h) is at q + r * q_row_stride +
+// h * entry_dim and writes kv_lora values at out + r * out_row_stride + h *
+// kv_lora; row r sees keys [0, last_key + r]. Key t's entry starts at
+// element (block_table[t / block_size] * block_size + t % block_size) *
+// entry_dim of the cache (f32 or bf16: mla_attention / mla_attention_bf16).
+struct MlaTile {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int64_t q_row_stride = 0;    // num_heads * entry_dim
+  int64_t out_row_stride = 0;  // num_heads * kv_lora
+  int rows = 0, heads = 0;     // rows * heads <= kMaxTileQueries
+  const void* cache = nullptr;
+  const int32_t* block_table = nullptr;
+  int block_size = 0;
+  int kv_lora = 0, entry_dim = 0;
+  int64_t last_key = 0;  // of row 0
+  float scale = 1.0f;
+};
+// Floats of scratch an MLA tile needs: per query its latent accumulator,
+// one chunk's scores, running max and denominator.
+constexpr int64_t mla_scratch_floats(int64_t kv_lora) {
+  return kMaxTileQueries * (kv_lora + kKeyChunk + 2);
+}
+
 // Stores one token's k and v rows ([num_kv_heads, head_dim], f32) at its
 // slot, as layout.dtype (bf16: round to nearest even, f32_to_bf16). A
 // token's rows are a few KB per layer, so a scalar conversion costs little
@@ -132,6 +158,11 @@ struct KernelTable {
   // Rows [r0, r1) of layer_norm (rows of length n; bias may be null).
   void (*layer_norm_rows)(const float* x, const float* weight, const float* bias, int64_t n,
                           float eps, float* y, int64_t r0, int64_t r1) = nullptr;
+  // One MLA tile over an f32 / a bf16 latent cache (the same kernel
+  // templated on the element type, like attention); scratch holds
+  // mla_scratch_floats(kv_lora).
+  void (*mla_attention)(const MlaTile& a, float* scratch) = nullptr;
+  void (*mla_attention_bf16)(const MlaTile& a, float* scratch) = nullptr;
 };
 
 const KernelTable& scalar_kernels();

@@ -565,6 +565,9 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
 #include "ops/cpu/fp8_linear_impl.h"
 #include "ops/cpu/rope_layer_norm_impl.h"
 
+// MLA attention over the latent cache, built from the pieces above.
+#include "ops/cpu/mla_impl.h"
+
 }  // namespace
 
 const cpu::KernelTable& kernel_table() {
@@ -575,6 +578,8 @@ const cpu::KernelTable& kernel_table() {
     t.linear_fp8 = linear_fp8;
     t.rope_slice = rope_slice;
     t.layer_norm_rows = layer_norm_rows;
+    t.mla_attention = mla_attention<float>;
+    t.mla_attention_bf16 = mla_attention<uint16_t>;
     return t;
   }();
   return table;
