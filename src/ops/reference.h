@@ -2,6 +2,7 @@
 // speed, and used by tests as the reference the fast kernels must match.
 #pragma once
 
+#include "ops/moe.h"
 #include "ops/ops.h"
 
 namespace pagoda::ops::ref {
@@ -30,6 +31,16 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
                   int64_t latent_stride = 0, int64_t pe_stride = 0);
 void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
                          const AttentionBatch& batch, int num_heads, float scale, float* out);
+
+// MoE (moe_reference.cpp). Scores are computed with the same f32 formulas
+// as moe_route (1 / (1 + e^-z); softmax as max, exp, sum in index order,
+// divide), so that near-equal scores rank the same way; selection is by
+// sorting. The experts' forward runs token by token in topk order, in f64.
+void moe_route(const float* logits, int64_t num_tokens, const MoeRouting& routing,
+               int32_t* topk_ids, float* topk_weights);
+void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                         const float* topk_weights, int top_k, const MoeExpert* experts,
+                         int num_experts, float* out);
 
 // Element (row, col) of a weight matrix as f32 (I8: q * scale; F8E4M3:
 // f32(e4m3) * its block's scale, rounded once).
