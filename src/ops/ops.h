@@ -249,8 +249,19 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
 // (token, head) output is one fixed sequence of operations, whatever the
 // other tokens of the batch, the thread count or the tiling: a request
 // alone and in a batch give the same bits.
+// `strides` places q and out rows elsewhere than token-major: e.g. a
+// head-major out [num_heads, num_tokens, kv_lora_rank] (out_token =
+// kv_lora_rank, out_head = num_tokens * kv_lora_rank) makes each head's
+// latent outputs one contiguous [num_tokens, kv_lora_rank] matrix, so W_UV
+// runs as one ops::linear per head writing straight into o_proj's input
+// (its ldy = num_heads * v_head_dim). Rows must not overlap.
+struct MlaStrides {
+  int64_t q_token = 0, q_head = 0;      // elements; 0: num_heads * entry_dim, entry_dim
+  int64_t out_token = 0, out_head = 0;  // 0: num_heads * kv_lora_rank, kv_lora_rank
+};
 void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
-                         const AttentionBatch& batch, int num_heads, float scale, float* out);
+                         const AttentionBatch& batch, int num_heads, float scale, float* out,
+                         const MlaStrides& strides = {});
 
 // ---- Variant selection (tests run every variant the CPU supports) ---------
 // Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the

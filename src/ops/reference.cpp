@@ -225,8 +225,13 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
 }
 
 void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
-                         const AttentionBatch& batch, int num_heads, float scale, float* out) {
+                         const AttentionBatch& batch, int num_heads, float scale, float* out,
+                         const MlaStrides& strides) {
   const int lora = layout.kv_lora_rank, ed = layout.entry_dim();
+  const int64_t q_tok = strides.q_token ? strides.q_token : int64_t{num_heads} * ed;
+  const int64_t q_head = strides.q_head ? strides.q_head : ed;
+  const int64_t o_tok = strides.out_token ? strides.out_token : int64_t{num_heads} * lora;
+  const int64_t o_head = strides.out_head ? strides.out_head : lora;
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t q_begin = batch.query_start_loc[s], q_end = batch.query_start_loc[s + 1];
     const int64_t seq_len = batch.seq_lens[s], num_new = q_end - q_begin;
@@ -242,7 +247,7 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
     for (int64_t j = 0; j < num_new; ++j) {
       const int64_t last_key = seq_len - num_new + j;  // inclusive
       for (int h = 0; h < num_heads; ++h) {
-        const float* qv = q + ((q_begin + j) * num_heads + h) * ed;
+        const float* qv = q + (q_begin + j) * q_tok + h * q_head;
         std::vector<double> p(last_key + 1);
         double mx = -INFINITY;
         for (int64_t t = 0; t <= last_key; ++t) {
@@ -253,7 +258,7 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
         }
         double sum = 0;
         for (double& x : p) sum += (x = std::exp(x - mx));
-        float* o = out + ((q_begin + j) * num_heads + h) * lora;
+        float* o = out + (q_begin + j) * o_tok + h * o_head;
         for (int d = 0; d < lora; ++d) {
           double acc = 0;
           for (int64_t t = 0; t <= last_key; ++t) acc += p[t] * keys[t * ed + d];

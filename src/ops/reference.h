@@ -30,7 +30,8 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
                   int64_t num_tokens, const MLALayout& layout, void* cache,
                   int64_t latent_stride = 0, int64_t pe_stride = 0);
 void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
-                         const AttentionBatch& batch, int num_heads, float scale, float* out);
+                         const AttentionBatch& batch, int num_heads, float scale, float* out,
+                         const MlaStrides& strides = {});
 
 // MoE (moe_reference.cpp). Scores are computed with the same f32 formulas
 // as moe_route (1 / (1 + e^-z); softmax as max, exp, sum in index order,

@@ -60,16 +60,16 @@ constexpr int64_t attention_scratch_floats(int64_t hd) {
 // A tile of MLA attention (ops.h mla_paged_attention): `rows` consecutive
 // query rows of one sequence times `heads` consecutive heads, all reading
 // the one latent entry per key. Query (r, h) is at q + r * q_row_stride +
-// h * entry_dim and writes kv_lora values at out + r * out_row_stride + h *
-// kv_lora; row r sees keys [0, last_key + r]. Key t's entry starts at
+// h * q_head_stride and writes kv_lora values at out + r * out_row_stride +
+// h * out_head_stride; row r sees keys [0, last_key + r]. Key t's entry starts at
 // element (block_table[t / block_size] * block_size + t % block_size) *
 // entry_dim of the cache (f32 or bf16: mla_attention / mla_attention_bf16).
 struct MlaTile {
   const float* q = nullptr;
   float* out = nullptr;
-  int64_t q_row_stride = 0;    // num_heads * entry_dim
-  int64_t out_row_stride = 0;  // num_heads * kv_lora
-  int rows = 0, heads = 0;     // rows * heads <= kMaxTileQueries
+  int64_t q_row_stride = 0, q_head_stride = 0;  // ops.h MlaStrides
+  int64_t out_row_stride = 0, out_head_stride = 0;
+  int rows = 0, heads = 0;  // rows * heads <= kMaxTileQueries
   const void* cache = nullptr;
   const int32_t* block_table = nullptr;
   int block_size = 0;

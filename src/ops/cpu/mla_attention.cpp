@@ -45,7 +45,8 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
 }
 
 void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
-                         const AttentionBatch& batch, int num_heads, float scale, float* out) {
+                         const AttentionBatch& batch, int num_heads, float scale, float* out,
+                         const MlaStrides& strides) {
   const int lora = layout.kv_lora_rank, ed = layout.entry_dim(), bs = layout.block_size;
   PAGODA_CHECK(lora > 0 && layout.rope_dim >= 0 && bs > 0 && num_heads > 0,
                "mla_paged_attention: kv_lora_rank {} rope_dim {} block_size {} heads {}", lora,
@@ -102,7 +103,10 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
                    [](const RowTile& x, const RowTile& y) { return x.keys > y.keys; });
   const cpu::KernelTable& kt = cpu::active_kernels();
   const auto kernel = layout.dtype == DType::BF16 ? kt.mla_attention_bf16 : kt.mla_attention;
-  const int64_t q_row_stride = int64_t{num_heads} * ed, out_row_stride = int64_t{num_heads} * lora;
+  const int64_t q_row_stride = strides.q_token ? strides.q_token : int64_t{num_heads} * ed;
+  const int64_t q_head_stride = strides.q_head ? strides.q_head : ed;
+  const int64_t out_row_stride = strides.out_token ? strides.out_token : int64_t{num_heads} * lora;
+  const int64_t out_head_stride = strides.out_head ? strides.out_head : lora;
   parallel_for(static_cast<int64_t>(tiles.size()) * head_blocks, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scratch;  // grown once per thread
     const auto need = static_cast<size_t>(cpu::mla_scratch_floats(lora));
@@ -112,10 +116,12 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
       const int h0 = static_cast<int>(item % head_blocks) * tile_heads;
       const int64_t num_new = qsl[tile.seq + 1] - qsl[tile.seq];
       cpu::MlaTile a;
-      a.q = q + tile.row0 * q_row_stride + int64_t{h0} * ed;
-      a.out = out + tile.row0 * out_row_stride + int64_t{h0} * lora;
+      a.q = q + tile.row0 * q_row_stride + h0 * q_head_stride;
+      a.out = out + tile.row0 * out_row_stride + h0 * out_head_stride;
       a.q_row_stride = q_row_stride;
+      a.q_head_stride = q_head_stride;
       a.out_row_stride = out_row_stride;
+      a.out_head_stride = out_head_stride;
       a.rows = tile.rows;
       a.heads = std::min(tile_heads, num_heads - h0);
       a.cache = cache;

@@ -159,7 +159,7 @@ PAGODA_TARGET void mla_attention(const cpu::MlaTile& a, float* scratch) {
       for (int h = 0; h < a.heads; ++h) {
         const int i = r * a.heads + h, n = act.count++;
         act.index[n] = i;
-        act.q[n] = a.q + r * a.q_row_stride + int64_t{h} * a.entry_dim;
+        act.q[n] = a.q + r * a.q_row_stride + h * a.q_head_stride;
         act.s[n] = st.scores + i * kKeyChunk;
         act.acc[n] = st.acc + int64_t{i} * dv;
         act.lo[n] = 0;
@@ -175,7 +175,7 @@ PAGODA_TARGET void mla_attention(const cpu::MlaTile& a, float* scratch) {
     for (int h = 0; h < a.heads; ++h) {
       const int i = r * a.heads + h;
       scale(st.acc + int64_t{i} * dv, 1.0f / st.denom[i],
-            a.out + r * a.out_row_stride + int64_t{h} * dv, dv);
+            a.out + r * a.out_row_stride + h * a.out_head_stride, dv);
     }
   }
 }
