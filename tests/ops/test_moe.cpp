@@ -378,6 +378,41 @@ TEST_P(MoeExperts, ReadsOnlyTheExpertsThatHaveTokens) {
                                        scratch, out.data()));
 }
 
+TEST(MoeExpertsWith, RunsEachUsedExpertOnceInOrderOnItsTokens) {
+  // A caller-supplied expert y = (e + 1) * x + e: called once per used
+  // expert, ascending, with exactly that expert's token rows gathered;
+  // outputs are the weighted sums of those.
+  const int64_t H = 5;
+  const int T = 4, k = 2, E = 6;
+  const std::vector<int32_t> ids = {3, 1, 1, -1, 5, 3, 1, 3};
+  const std::vector<float> w = {0.5f, 0.25f, 2.0f, 9.0f, 1.0f, 0.5f, 0.125f, 4.0f};
+  std::mt19937 rng(8);
+  const auto x = random_vec(size_t(T) * H, rng);
+  std::vector<int> calls;
+  std::vector<int64_t> rows;
+  auto expert = [&](int e, const float* xe, int64_t n, float* ye) {
+    calls.push_back(e);
+    rows.push_back(n);
+    for (int64_t i = 0; i < n * H; ++i) ye[i] = static_cast<float>(e + 1) * xe[i] + e;
+  };
+  MoeScratch scratch;
+  std::vector<float> out(T * H, NAN);
+  moe_experts_forward_with(x.data(), T, H, ids.data(), w.data(), k, E, expert, scratch, out.data());
+  EXPECT_EQ(calls, (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(rows, (std::vector<int64_t>{3, 3, 1}));  // tokens {0, 1, 3}, {0, 2, 3}, {2}
+  EXPECT_EQ(scratch.groups.used, (std::vector<int32_t>{1, 3, 5}));
+  for (int t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < H; ++i) {
+      double want = 0;
+      for (int j = 0; j < k; ++j) {
+        const int e = ids[t * k + j];
+        if (e >= 0) want += w[t * k + j] * ((e + 1.0) * x[t * H + i] + e);
+      }
+      EXPECT_NEAR(out[t * H + i], want, 1e-5) << t << ", " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllSupported, MoeExperts, ::testing::ValuesIn(supported_isas()),
                          isa_test_name);
 
