@@ -308,6 +308,54 @@ TEST_P(MlaAttention, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
   }
 }
 
+TEST_P(MlaAttention, LongRowsSplitIntoSegmentsGiveTheSameBits) {
+  // Rows over several 1024-key segments: with fewer work items than
+  // threads, decode rows split into one item per segment whose states are
+  // merged afterwards; with one thread they run whole. Both must match the
+  // reference and each other bit for bit, and a row alone (split) must
+  // equal its row in a batch with enough items not to split.
+  const Seqs decode = {{2500, 1}, {1023, 1}, {3071, 1}};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Case c{3, 40, 8, 16, dt};
+    SCOPED_TRACE(describe(c));
+    std::vector<std::vector<float>> runs;
+    for (int threads : {1, 2, 4}) {
+      ScopedThreads scoped(threads);
+      std::mt19937 rng(31);
+      runs.push_back(run_case(c, rng, decode));
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+    EXPECT_EQ(runs[0], runs[2]);
+  }
+  const Seqs mixed = {{2100, 24}, {2600, 1}, {5, 3}};
+  std::mt19937 rng(32);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Case c{4, 64, 16, 64, dt};
+    SCOPED_TRACE(describe(c));
+    ScopedThreads scoped(4);
+    const Step st = build_step(c, rng, mixed);
+    const int64_t q_tok = int64_t{c.heads} * st.layout.entry_dim(),
+                  o_tok = int64_t{c.heads} * c.lora;
+    std::vector<float> out(st.qsl.back() * o_tok, NAN);
+    mla_paged_attention(st.q.data(), st.cache(), st.layout, st.batch(), c.heads, scale_of(c),
+                        out.data());
+    int mismatches = 0;
+    for (size_t s = 0; s < mixed.size(); ++s) {
+      for (int32_t row = st.qsl[s]; row < st.qsl[s + 1]; ++row) {
+        const int32_t qsl[2] = {0, 1};
+        const int32_t seq_len = st.seq_lens[s] - (st.qsl[s + 1] - 1 - row);
+        const AttentionBatch one{
+            1, qsl, &seq_len, st.tables.data() + s * st.max_blocks, st.max_blocks, 0};
+        std::vector<float> alone(o_tok, NAN);
+        mla_paged_attention(st.q.data() + row * q_tok, st.cache(), st.layout, one, c.heads,
+                            scale_of(c), alone.data());
+        mismatches += !std::equal(alone.begin(), alone.end(), out.begin() + row * o_tok);
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
 TEST_P(MlaAttention, HeadMajorStridesGiveTheSameBits) {
   // q and out head-major ([heads, tokens, ...], as a model feeding W_UV
   // one linear per head would use): every output equals the token-major

@@ -580,6 +580,7 @@ const cpu::KernelTable& kernel_table() {
     t.layer_norm_rows = layer_norm_rows;
     t.mla_attention = mla_attention<float>;
     t.mla_attention_bf16 = mla_attention<uint16_t>;
+    t.mla_merge = mla_merge;
     return t;
   }();
   return table;
