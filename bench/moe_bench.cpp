@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   ops::MoeRouting r;
   r.num_experts = E;
   r.top_k = k;
-  r.n_group = E % 8 == 0 && E / 8 * 4 >= k ? 8 : 1;
+  r.n_group = E % 8 == 0 && E / 8 >= 2 && E / 8 * 4 >= k ? 8 : 1;  // V3: 8 groups
   r.topk_group = r.n_group == 8 ? 4 : 1;
   r.routed_scaling_factor = 2.5f;
   std::vector<int32_t> ids(size_t(T) * k);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "ops/ops.h"
@@ -99,8 +100,39 @@ struct MoeScratch {
 // other rows, so a token's output does not depend on the rest of the
 // batch (bit for bit). x, out: [num_tokens, hidden] (out must not alias
 // x); experts: [num_experts].
+// After the call scratch.groups holds the step's grouping (its `used`
+// list: the experts whose weights were read, e.g. for a bytes-per-step
+// report).
 void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk_ids,
                          const float* topk_weights, int top_k, const MoeExpert* experts,
                          int num_experts, MoeScratch& scratch, float* out);
+
+// The same step with a caller-supplied expert, for experts that are not
+// three Matrix linears (other weight formats, a tensor-parallel slice whose
+// partial outputs the caller all-reduces afterwards, ...):
+// run(expert, xe, n, ye) must write ye [n, hidden] = expert's output for
+// the n rows of xe [n, hidden], each row independent of the others (so
+// the batch-composition rule above still holds). Only experts with tokens
+// are run, in ascending id order; scratch.x and scratch.y hold xe and ye.
+using MoeExpertFn = void (*)(void* ctx, int expert, const float* xe, int64_t n, float* ye);
+void moe_experts_forward_with(const float* x, int64_t num_tokens, int64_t hidden,
+                              const int32_t* topk_ids, const float* topk_weights, int top_k,
+                              int num_experts, MoeExpertFn run, void* ctx, MoeScratch& scratch,
+                              float* out);
+
+// moe_experts_forward_with for a callable run(int, const float*, int64_t,
+// float*) (e.g. a lambda).
+template <typename Fn>
+void moe_experts_forward_with(const float* x, int64_t num_tokens, int64_t hidden,
+                              const int32_t* topk_ids, const float* topk_weights, int top_k,
+                              int num_experts, Fn&& run, MoeScratch& scratch, float* out) {
+  using F = std::remove_reference_t<Fn>;
+  moe_experts_forward_with(
+      x, num_tokens, hidden, topk_ids, topk_weights, top_k, num_experts,
+      [](void* ctx, int e, const float* xe, int64_t n, float* ye) {
+        (*static_cast<F*>(ctx))(e, xe, n, ye);
+      },
+      const_cast<void*>(static_cast<const void*>(&run)), scratch, out);
+}
 
 }  // namespace pagoda::ops

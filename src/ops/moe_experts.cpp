@@ -63,11 +63,10 @@ void grow(std::vector<float>& v, int64_t n) {
 
 }  // namespace
 
-void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk_ids,
-                         const float* topk_weights, int top_k, const MoeExpert* experts,
-                         int num_experts, MoeScratch& s, float* out) {
-  PAGODA_CHECK(num_experts > 0, "moe_experts_forward: no experts");
-  const int64_t hidden = experts[0].gate.cols;
+void moe_experts_forward_with(const float* x, int64_t num_tokens, int64_t hidden,
+                              const int32_t* topk_ids, const float* topk_weights, int top_k,
+                              int num_experts, MoeExpertFn run, void* ctx, MoeScratch& s,
+                              float* out) {
   if (num_tokens <= 0) return;
   std::memset(out, 0, sizeof(float) * static_cast<size_t>(num_tokens * hidden));
   group_by_expert(topk_ids, topk_weights, num_tokens, top_k, num_experts, s.groups);
@@ -76,23 +75,11 @@ void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk
   // Experts in ascending id order: each token's terms are added to its
   // output row in that order, whatever other tokens the batch holds.
   for (int e : g.used) {
-    const MoeExpert& ex = experts[e];
-    const int64_t inter = ex.gate.rows;
-    PAGODA_CHECK(ex.gate.data && ex.up.data && ex.down.data,
-                 "moe_experts_forward: expert {} has tokens but no weights", e);
-    PAGODA_CHECK(ex.gate.cols == hidden && ex.up.cols == hidden && ex.up.rows == inter &&
-                     ex.down.rows == hidden && ex.down.cols == inter,
-                 "moe_experts_forward: expert {} shapes gate [{}, {}] up [{}, {}] down [{}, {}] "
-                 "for hidden {}",
-                 e, ex.gate.rows, ex.gate.cols, ex.up.rows, ex.up.cols, ex.down.rows, ex.down.cols,
-                 hidden);
     const int32_t first = g.offsets[e];
     const int64_t n = g.offsets[e + 1] - first;
     const int32_t* tokens = g.tokens.data() + first;
     const float* weights = g.weights.data() + first;
     grow(s.x, n * hidden);
-    grow(s.gate_up, n * 2 * inter);
-    grow(s.act, n * inter);
     grow(s.y, n * hidden);
     float* xe = s.x.data();
     parallel_for(n, rows_per_thread, [&](int64_t r0, int64_t r1) {
@@ -100,13 +87,7 @@ void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk
         std::memcpy(xe + r * hidden, x + int64_t{tokens[r]} * hidden,
                     sizeof(float) * static_cast<size_t>(hidden));
     });
-    // gate and up side by side in one [n, 2 * inter] buffer (silu_mul's
-    // layout), from one pass over x.
-    const LinearOutput gu[2] = {{&ex.gate, nullptr, s.gate_up.data(), 2 * inter},
-                                {&ex.up, nullptr, s.gate_up.data() + inter, 2 * inter}};
-    linear_multi(xe, n, gu, 2);
-    silu_mul(s.gate_up.data(), n, inter, s.act.data());
-    linear(s.act.data(), n, ex.down, nullptr, s.y.data());
+    run(ctx, e, xe, n, s.y.data());
     // Each row goes to a different token (group_by_expert checks), so rows
     // scatter in parallel.
     const float* ye = s.y.data();
@@ -119,6 +100,36 @@ void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk
       }
     });
   }
+}
+
+void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                         const float* topk_weights, int top_k, const MoeExpert* experts,
+                         int num_experts, MoeScratch& s, float* out) {
+  PAGODA_CHECK(num_experts > 0, "moe_experts_forward: no experts");
+  const int64_t hidden = experts[0].gate.cols;
+  auto swiglu = [&](int e, const float* xe, int64_t n, float* ye) {
+    const MoeExpert& ex = experts[e];
+    const int64_t inter = ex.gate.rows;
+    PAGODA_CHECK(ex.gate.data && ex.up.data && ex.down.data,
+                 "moe_experts_forward: expert {} has tokens but no weights", e);
+    PAGODA_CHECK(ex.gate.cols == hidden && ex.up.cols == hidden && ex.up.rows == inter &&
+                     ex.down.rows == hidden && ex.down.cols == inter,
+                 "moe_experts_forward: expert {} shapes gate [{}, {}] up [{}, {}] down [{}, {}] "
+                 "for hidden {}",
+                 e, ex.gate.rows, ex.gate.cols, ex.up.rows, ex.up.cols, ex.down.rows, ex.down.cols,
+                 hidden);
+    grow(s.gate_up, n * 2 * inter);
+    grow(s.act, n * inter);
+    // gate and up side by side in one [n, 2 * inter] buffer (silu_mul's
+    // layout), from one pass over x.
+    const LinearOutput gu[2] = {{&ex.gate, nullptr, s.gate_up.data(), 2 * inter},
+                                {&ex.up, nullptr, s.gate_up.data() + inter, 2 * inter}};
+    linear_multi(xe, n, gu, 2);
+    silu_mul(s.gate_up.data(), n, inter, s.act.data());
+    linear(s.act.data(), n, ex.down, nullptr, ye);
+  };
+  moe_experts_forward_with(x, num_tokens, hidden, topk_ids, topk_weights, top_k, num_experts,
+                           swiglu, s, out);
 }
 
 }  // namespace pagoda::ops

@@ -308,6 +308,54 @@ TEST_P(MlaAttention, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
   }
 }
 
+TEST_P(MlaAttention, LongRowsSplitIntoSegmentsGiveTheSameBits) {
+  // Rows over several 1024-key segments: with fewer work items than
+  // threads, decode rows split into one item per segment whose states are
+  // merged afterwards; with one thread they run whole. Both must match the
+  // reference and each other bit for bit, and a row alone (split) must
+  // equal its row in a batch with enough items not to split.
+  const Seqs decode = {{2500, 1}, {1023, 1}, {3071, 1}};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Case c{3, 40, 8, 16, dt};
+    SCOPED_TRACE(describe(c));
+    std::vector<std::vector<float>> runs;
+    for (int threads : {1, 2, 4}) {
+      ScopedThreads scoped(threads);
+      std::mt19937 rng(31);
+      runs.push_back(run_case(c, rng, decode));
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+    EXPECT_EQ(runs[0], runs[2]);
+  }
+  const Seqs mixed = {{2100, 24}, {2600, 1}, {5, 3}};
+  std::mt19937 rng(32);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Case c{4, 64, 16, 64, dt};
+    SCOPED_TRACE(describe(c));
+    ScopedThreads scoped(4);
+    const Step st = build_step(c, rng, mixed);
+    const int64_t q_tok = int64_t{c.heads} * st.layout.entry_dim(),
+                  o_tok = int64_t{c.heads} * c.lora;
+    std::vector<float> out(st.qsl.back() * o_tok, NAN);
+    mla_paged_attention(st.q.data(), st.cache(), st.layout, st.batch(), c.heads, scale_of(c),
+                        out.data());
+    int mismatches = 0;
+    for (size_t s = 0; s < mixed.size(); ++s) {
+      for (int32_t row = st.qsl[s]; row < st.qsl[s + 1]; ++row) {
+        const int32_t qsl[2] = {0, 1};
+        const int32_t seq_len = st.seq_lens[s] - (st.qsl[s + 1] - 1 - row);
+        const AttentionBatch one{
+            1, qsl, &seq_len, st.tables.data() + s * st.max_blocks, st.max_blocks, 0};
+        std::vector<float> alone(o_tok, NAN);
+        mla_paged_attention(st.q.data() + row * q_tok, st.cache(), st.layout, one, c.heads,
+                            scale_of(c), alone.data());
+        mismatches += !std::equal(alone.begin(), alone.end(), out.begin() + row * o_tok);
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
 TEST_P(MlaAttention, HeadMajorStridesGiveTheSameBits) {
   // q and out head-major ([heads, tokens, ...], as a model feeding W_UV
   // one linear per head would use): every output equals the token-major
@@ -341,6 +389,90 @@ TEST_P(MlaAttention, HeadMajorStridesGiveTheSameBits) {
       EXPECT_EQ(mismatches, 0) << (reference ? "reference" : "kernel");
     }
   }
+}
+
+TEST_P(MlaAttention, AbsorbedFormEqualsTheMhaForm) {
+  // The op's contract against spec 3.1.2: with q = [W_UK_h^T q_nope_h ;
+  // q_pe_h] and W_UV_h applied to the latent output, it computes the MHA
+  // form over per-head keys [W_UK_h c_j ; k_pe_j] and values W_UV_h c_j.
+  const int H = 4, nope = 16, rope = 8, vdim = 12, lora = 32, len = 37, bs = 16;
+  const int num_new = 9;  // a prefill chunk over a cached prefix
+  std::mt19937 rng(21);
+  const auto c = random_vec(size_t(len) * lora, rng), pe = random_vec(size_t(len) * rope, rng);
+  const auto w_uk = random_vec(size_t(H) * nope * lora, rng, 0.3f);  // [H][nope][lora]
+  const auto w_uv = random_vec(size_t(H) * vdim * lora, rng, 0.3f);  // [H][vdim][lora]
+  const auto q_nope = random_vec(size_t(num_new) * H * nope, rng);
+  const auto q_pe = random_vec(size_t(num_new) * H * rope, rng);
+  const float scale = 1.0f / std::sqrt(float(nope + rope));
+  // MHA form, dense, in f64.
+  std::vector<double> mha(size_t(num_new) * H * vdim);
+  for (int i = 0; i < num_new; ++i) {
+    const int last = len - num_new + i;
+    for (int h = 0; h < H; ++h) {
+      std::vector<double> p(last + 1);
+      double mx = -INFINITY, sum = 0;
+      for (int j = 0; j <= last; ++j) {
+        double dot = 0;
+        for (int a = 0; a < nope; ++a) {
+          double k = 0;
+          for (int b = 0; b < lora; ++b)
+            k += double{w_uk[(h * nope + a) * lora + b]} * c[j * lora + b];
+          dot += q_nope[(i * H + h) * nope + a] * k;
+        }
+        for (int a = 0; a < rope; ++a)
+          dot += double{q_pe[(i * H + h) * rope + a]} * pe[j * rope + a];
+        mx = std::max(mx, p[j] = dot * scale);
+      }
+      for (double& x : p) sum += (x = std::exp(x - mx));
+      for (int a = 0; a < vdim; ++a) {
+        double o = 0;
+        for (int j = 0; j <= last; ++j) {
+          double v = 0;
+          for (int b = 0; b < lora; ++b)
+            v += double{w_uv[(h * vdim + a) * lora + b]} * c[j * lora + b];
+          o += p[j] * v;
+        }
+        mha[(i * H + h) * vdim + a] = o / sum;
+      }
+    }
+  }
+  // Absorbed form through the paged op (blocks 2, 0, 1 of a 3-block cache).
+  const MLALayout layout{bs, lora, rope, DType::F32};
+  std::vector<float> cache(size_t(3) * bs * layout.entry_dim(), NAN);
+  const std::vector<int32_t> table = {2, 0, 1};
+  std::vector<int64_t> slots(len);
+  for (int j = 0; j < len; ++j) slots[j] = int64_t{table[j / bs]} * bs + j % bs;
+  write_mla_kv(c.data(), pe.data(), slots.data(), len, layout, cache.data());
+  const int ed = layout.entry_dim();
+  std::vector<float> q(size_t(num_new) * H * ed);
+  for (int i = 0; i < num_new; ++i) {
+    for (int h = 0; h < H; ++h) {
+      float* qh = q.data() + (i * H + h) * ed;
+      for (int b = 0; b < lora; ++b) {
+        double acc = 0;
+        for (int a = 0; a < nope; ++a)
+          acc += double{w_uk[(h * nope + a) * lora + b]} * q_nope[(i * H + h) * nope + a];
+        qh[b] = static_cast<float>(acc);
+      }
+      for (int a = 0; a < rope; ++a) qh[lora + a] = q_pe[(i * H + h) * rope + a];
+    }
+  }
+  const int32_t qsl[2] = {0, num_new}, seq_len = len;
+  const AttentionBatch batch{1, qsl, &seq_len, table.data(), 3, 0};
+  std::vector<float> latent(size_t(num_new) * H * lora, NAN);
+  mla_paged_attention(q.data(), cache.data(), layout, batch, H, scale, latent.data());
+  std::vector<float> absorbed(mha.size()), want(mha.begin(), mha.end());
+  for (int i = 0; i < num_new; ++i) {
+    for (int h = 0; h < H; ++h) {
+      for (int a = 0; a < vdim; ++a) {
+        double o = 0;
+        for (int b = 0; b < lora; ++b)
+          o += double{w_uv[(h * vdim + a) * lora + b]} * latent[(i * H + h) * lora + b];
+        absorbed[(i * H + h) * vdim + a] = static_cast<float>(o);
+      }
+    }
+  }
+  expect_close(absorbed, want, 1e-5f, "absorbed vs MHA form");
 }
 
 TEST(MlaAttentionChecks, RefusesASlidingWindow) {

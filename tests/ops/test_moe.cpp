@@ -4,8 +4,9 @@
 // of good ones under top-2 sums, wins under max), the correction bias
 // (changes the choice, not the weights), normalisation and scaling, and
 // ties; group_by_expert against a naive grouping; moe_experts_forward on
-// every ISA against the per-token reference, a token alone == its row in
-// the batch (bit for bit), 1 thread == 2, and unused experts never read.
+// every ISA against the per-token reference (f32, bf16 and FP8 block-scaled
+// experts), a token alone == its row in the batch (bit for bit), 1 thread
+// == 2, and unused experts never read.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -249,6 +250,8 @@ class MoeExperts : public IsaTest {};
 struct Experts {
   std::vector<std::vector<float>> f32;
   std::vector<std::vector<uint16_t>> bf16;
+  std::vector<std::vector<uint8_t>> fp8;  // F8E4M3 with 128 x 128 block scales
+  std::vector<std::vector<float>> fp8_scales;
   std::vector<MoeExpert> list;
 };
 
@@ -261,11 +264,23 @@ Experts make_experts(int E, int64_t H, int64_t I, DType dt, std::mt19937& rng) {
   if (dt == DType::BF16) {
     for (const auto& v : ex.f32) ex.bf16.push_back(to_bf16(v));
   }
+  if (dt == DType::F8E4M3) {             // as DeepSeek V3 publishes its experts
+    const int64_t big = std::max(H, I);  // one scale (1/64) everywhere
+    for (const auto& v : ex.f32) {
+      ex.fp8.emplace_back(v.size());
+      for (size_t i = 0; i < v.size(); ++i) ex.fp8.back()[i] = f32_to_f8e4m3(v[i] * 64.0f);
+      ex.fp8_scales.emplace_back(size_t(fp8_scale_rows(big) * fp8_scale_cols(big)), 1.0f / 64.0f);
+    }
+  }
   for (int e = 0; e < E; ++e) {
     auto mat = [&](int m, int64_t rows, int64_t cols) {
-      const void* data =
-          dt == DType::BF16 ? (const void*)ex.bf16[e * 3 + m].data() : ex.f32[e * 3 + m].data();
-      return Matrix{data, dt, rows, cols};
+      const int i = e * 3 + m;
+      const void* data = dt == DType::BF16     ? (const void*)ex.bf16[i].data()
+                         : dt == DType::F8E4M3 ? (const void*)ex.fp8[i].data()
+                                               : ex.f32[i].data();
+      Matrix w{data, dt, rows, cols};
+      if (dt == DType::F8E4M3) w.block_scales = ex.fp8_scales[i].data();
+      return w;
     };
     ex.list.push_back({mat(0, I, H), mat(1, I, H), mat(2, H, I)});
   }
@@ -292,7 +307,7 @@ TEST_P(MoeExperts, MatchesPerTokenReference) {
   std::mt19937 rng(3);
   const int E = 8, T = 23, k = 3;
   const int64_t H = 48, I = 40;  // not multiples of the vector width
-  for (DType dt : {DType::F32, DType::BF16}) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F8E4M3}) {
     SCOPED_TRACE(dtype_name(dt));
     const Experts ex = make_experts(E, H, I, dt, rng);
     const Routed r = random_routing(T, E, k, rng);
@@ -316,7 +331,7 @@ TEST_P(MoeExperts, ATokenAloneEqualsItsRowInTheBatch) {
   std::mt19937 rng(5);
   const int E = 6, T = 17, k = 2;
   const int64_t H = 64, I = 32;
-  for (DType dt : {DType::F32, DType::BF16}) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F8E4M3}) {
     SCOPED_TRACE(dtype_name(dt));
     const Experts ex = make_experts(E, H, I, dt, rng);
     const Routed r = random_routing(T, E, k, rng);
@@ -376,6 +391,41 @@ TEST_P(MoeExperts, ReadsOnlyTheExpertsThatHaveTokens) {
   std::vector<int32_t> bad = {0, 1, -1, -1, -1, -1};  // expert 0 has no weights
   EXPECT_ANY_THROW(moe_experts_forward(x.data(), 3, bad.data(), w.data(), k, ex.list.data(), E,
                                        scratch, out.data()));
+}
+
+TEST(MoeExpertsWith, RunsEachUsedExpertOnceInOrderOnItsTokens) {
+  // A caller-supplied expert y = (e + 1) * x + e: called once per used
+  // expert, ascending, with exactly that expert's token rows gathered;
+  // outputs are the weighted sums of those.
+  const int64_t H = 5;
+  const int T = 4, k = 2, E = 6;
+  const std::vector<int32_t> ids = {3, 1, 1, -1, 5, 3, 1, 3};
+  const std::vector<float> w = {0.5f, 0.25f, 2.0f, 9.0f, 1.0f, 0.5f, 0.125f, 4.0f};
+  std::mt19937 rng(8);
+  const auto x = random_vec(size_t(T) * H, rng);
+  std::vector<int> calls;
+  std::vector<int64_t> rows;
+  auto expert = [&](int e, const float* xe, int64_t n, float* ye) {
+    calls.push_back(e);
+    rows.push_back(n);
+    for (int64_t i = 0; i < n * H; ++i) ye[i] = static_cast<float>(e + 1) * xe[i] + e;
+  };
+  MoeScratch scratch;
+  std::vector<float> out(T * H, NAN);
+  moe_experts_forward_with(x.data(), T, H, ids.data(), w.data(), k, E, expert, scratch, out.data());
+  EXPECT_EQ(calls, (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(rows, (std::vector<int64_t>{3, 3, 1}));  // tokens {0, 1, 3}, {0, 2, 3}, {2}
+  EXPECT_EQ(scratch.groups.used, (std::vector<int32_t>{1, 3, 5}));
+  for (int t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < H; ++i) {
+      double want = 0;
+      for (int j = 0; j < k; ++j) {
+        const int e = ids[t * k + j];
+        if (e >= 0) want += w[t * k + j] * ((e + 1.0) * x[t * H + i] + e);
+      }
+      EXPECT_NEAR(out[t * H + i], want, 1e-5) << t << ", " << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSupported, MoeExperts, ::testing::ValuesIn(supported_isas()),

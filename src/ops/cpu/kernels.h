@@ -64,6 +64,15 @@ constexpr int64_t attention_scratch_floats(int64_t hd) {
 // h * out_head_stride; row r sees keys [0, last_key + r]. Key t's entry starts at
 // element (block_table[t / block_size] * block_size + t % block_size) *
 // entry_dim of the cache (f32 or bf16: mla_attention / mla_attention_bf16).
+//
+// Keys are taken in segments of kMlaSegmentKeys (from key 0): each
+// segment's softmax state (max m, denominator l, unnormalised output acc)
+// is computed from scratch and merged into the query's total with
+// mla_merge_state, in segment order. So a tile may cover just one segment
+// [seg_begin, seg_begin + kMlaSegmentKeys) and write that state to
+// `partial` (m, l, then kv_lora acc values, for query (0, h) at partial +
+// h * partial_head_stride) for mla_merge to combine later, giving the very
+// bits the whole-range tile gives: long decode rows split across threads.
 struct MlaTile {
   const float* q = nullptr;
   float* out = nullptr;
@@ -76,11 +85,16 @@ struct MlaTile {
   int kv_lora = 0, entry_dim = 0;
   int64_t last_key = 0;  // of row 0
   float scale = 1.0f;
+  // One segment only (rows == 1): its first key, and where its state goes.
+  int64_t seg_begin = 0;
+  float* partial = nullptr;  // null: all segments, normalised output to out
+  int64_t partial_head_stride = 0;
 };
-// Floats of scratch an MLA tile needs: per query its latent accumulator,
-// one chunk's scores, running max and denominator.
+constexpr int64_t kMlaSegmentKeys = 1024;
+// Floats of scratch an MLA tile needs: per query a segment's and the
+// total's latent accumulator, max and denominator, and one chunk's scores.
 constexpr int64_t mla_scratch_floats(int64_t kv_lora) {
-  return kMaxTileQueries * (kv_lora + kKeyChunk + 2);
+  return kMaxTileQueries * (2 * kv_lora + kKeyChunk + 4);
 }
 
 // Stores one token's k and v rows ([num_kv_heads, head_dim], f32) at its
@@ -163,6 +177,9 @@ struct KernelTable {
   // mla_scratch_floats(kv_lora).
   void (*mla_attention)(const MlaTile& a, float* scratch) = nullptr;
   void (*mla_attention_bf16)(const MlaTile& a, float* scratch) = nullptr;
+  // Merges `count` segment states (MlaTile::partial layout, consecutive,
+  // stride kv_lora + 2) in order and writes the normalised output.
+  void (*mla_merge)(const float* states, int count, int kv_lora, float* out) = nullptr;
 };
 
 const KernelTable& scalar_kernels();

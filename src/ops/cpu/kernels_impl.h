@@ -564,6 +564,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
 
 #include "ops/cpu/fp8_linear_impl.h"
 #include "ops/cpu/rope_layer_norm_impl.h"
+
 // MLA attention over the latent cache, built from the pieces above.
 #include "ops/cpu/mla_impl.h"
 
@@ -579,6 +580,7 @@ const cpu::KernelTable& kernel_table() {
     t.layer_norm_rows = layer_norm_rows;
     t.mla_attention = mla_attention<float>;
     t.mla_attention_bf16 = mla_attention<uint16_t>;
+    t.mla_merge = mla_merge;
     return t;
   }();
   return table;

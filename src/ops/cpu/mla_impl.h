@@ -125,57 +125,121 @@ PAGODA_TARGET inline int mla_locate_chunk(const cpu::MlaTile& a, int64_t t, int6
   return static_cast<int>(rows);
 }
 
+// (M, L, A) = the merge of softmax states (M, L, A) and (m, l, a): both
+// rescaled to the larger max. The empty state is (-inf, 0, zeros), which
+// any state merges into exactly (0 * 0 + a * 1). The one merge both the
+// whole-range kernel and mla_merge use, so they give the same bits.
+PAGODA_TARGET inline void mla_merge_state(float& M, float& L, float* A, float m, float l,
+                                          const float* a, int dv) {
+  const float mx = m > M ? m : M;
+  const float ct = __builtin_expf(M - mx), cs = __builtin_expf(m - mx);
+  M = mx;
+  L = L * ct + l * cs;
+  const Vec vt = vset1(ct), vs = vset1(cs);
+  int d = 0;
+  for (; d + kLanes <= dv; d += kLanes)
+    vstore(A + d, vfma(vload(a + d), vs, vmul(vload(A + d), vt)));
+  if (d < dv) {
+    const int t = dv - d;
+    vstore_tail(A + d, vfma(vload_tail(a + d, t), vs, vmul(vload_tail(A + d, t), vt)), t);
+  }
+}
+
 template <typename KV>
 PAGODA_TARGET void mla_attention(const cpu::MlaTile& a, float* scratch) {
   const int dv = a.kv_lora, nq = a.rows * a.heads;
-  MlaState st;
+  MlaState st;  // the current segment's state
   st.acc = scratch;
   st.scores = st.acc + int64_t{nq} * dv;
   st.running_max = st.scores + nq * kKeyChunk;
   st.denom = st.running_max + nq;
-  for (int64_t i = 0; i < int64_t{nq} * dv; ++i) st.acc[i] = 0.0f;
-  for (int i = 0; i < nq; ++i) st.running_max[i] = -__builtin_inff(), st.denom[i] = 0.0f;
+  float* total_acc = st.denom + nq;  // the merged segments' state
+  float* total_max = total_acc + int64_t{nq} * dv;
+  float* total_denom = total_max + nq;
+  for (int64_t i = 0; i < int64_t{nq} * dv; ++i) total_acc[i] = 0.0f;
+  for (int i = 0; i < nq; ++i) total_max[i] = -__builtin_inff(), total_denom[i] = 0.0f;
   const int64_t last_tile_key = a.last_key + a.rows - 1;
   const int64_t entry_bytes = int64_t{a.entry_dim} * sizeof(KV);
+  const int64_t keys_end =
+      a.partial ? a.seg_begin + cpu::kMlaSegmentKeys : last_tile_key + 1;  // exclusive
   const KV* e[kKeyChunk];
   const KV* ahead[kKeyChunk];
-  int count = mla_locate_chunk<KV>(a, 0, last_tile_key, e);
-  for (int64_t t = 0; t <= last_tile_key;) {
-    const int64_t end = t + count;
-    // Ask for the next chunk's entries now: a chunk's arithmetic (tens of
-    // thousands of cycles for a full tile) hides their latency, and blocks
-    // lie anywhere in the pool, where the hardware prefetcher cannot follow.
-    const int ahead_count =
-        end <= last_tile_key ? mla_locate_chunk<KV>(a, end, last_tile_key, ahead) : 0;
-    for (int j = 0; j < ahead_count; ++j) {
-      const char* row = reinterpret_cast<const char*>(ahead[j]);
-      for (int64_t b = 0; b < entry_bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+  for (int64_t seg = a.seg_begin; seg < keys_end && seg <= last_tile_key;
+       seg += cpu::kMlaSegmentKeys) {
+    const int64_t seg_end =
+        seg + cpu::kMlaSegmentKeys < keys_end ? seg + cpu::kMlaSegmentKeys : keys_end;
+    const int64_t seg_last = seg_end - 1 < last_tile_key ? seg_end - 1 : last_tile_key;
+    for (int64_t i = 0; i < int64_t{nq} * dv; ++i) st.acc[i] = 0.0f;
+    for (int i = 0; i < nq; ++i) st.running_max[i] = -__builtin_inff(), st.denom[i] = 0.0f;
+    for (int64_t t = seg; t <= seg_last;) {
+      const int count = mla_locate_chunk<KV>(a, t, seg_last, e);
+      const int64_t end = t + count;
+      // Ask for the next chunk's entries now: a chunk's arithmetic (tens of
+      // thousands of cycles for a full tile) hides their latency, and
+      // blocks lie anywhere in the pool, where the hardware prefetcher
+      // cannot follow.
+      const int ahead_count =
+          end <= last_tile_key ? mla_locate_chunk<KV>(a, end, last_tile_key, ahead) : 0;
+      for (int j = 0; j < ahead_count; ++j) {
+        const char* row = reinterpret_cast<const char*>(ahead[j]);
+        for (int64_t b = 0; b < entry_bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+      }
+      ActiveQueries& act = st.act;
+      act.count = 0;
+      for (int r = 0; r < a.rows; ++r) {
+        const int64_t last = a.last_key + r;
+        if (last < t) continue;
+        for (int h = 0; h < a.heads; ++h) {
+          const int i = r * a.heads + h, n = act.count++;
+          act.index[n] = i;
+          act.q[n] = a.q + r * a.q_row_stride + h * a.q_head_stride;
+          act.s[n] = st.scores + i * kKeyChunk;
+          act.acc[n] = st.acc + int64_t{i} * dv;
+          act.lo[n] = 0;
+          act.hi[n] = static_cast<int>((last < end - 1 ? last : end - 1) - t);
+        }
+      }
+      mla_chunk<KV>(e, count, dv, a.entry_dim, a.scale, st);
+      t = end;
     }
-    ActiveQueries& act = st.act;
-    act.count = 0;
+    // The segment's state, to the caller or into the total (rows that see
+    // none of its keys have none).
     for (int r = 0; r < a.rows; ++r) {
-      const int64_t last = a.last_key + r;
-      if (last < t) continue;
+      if (a.last_key + r < seg) continue;
       for (int h = 0; h < a.heads; ++h) {
-        const int i = r * a.heads + h, n = act.count++;
-        act.index[n] = i;
-        act.q[n] = a.q + r * a.q_row_stride + h * a.q_head_stride;
-        act.s[n] = st.scores + i * kKeyChunk;
-        act.acc[n] = st.acc + int64_t{i} * dv;
-        act.lo[n] = 0;
-        act.hi[n] = static_cast<int>((last < end - 1 ? last : end - 1) - t);
+        const int i = r * a.heads + h;
+        const float* acc = st.acc + int64_t{i} * dv;
+        if (a.partial) {
+          float* p = a.partial + h * a.partial_head_stride;
+          p[0] = st.running_max[i];
+          p[1] = st.denom[i];
+          for (int d = 0; d < dv; ++d) p[2 + d] = acc[d];
+        } else {
+          mla_merge_state(total_max[i], total_denom[i], total_acc + int64_t{i} * dv,
+                          st.running_max[i], st.denom[i], acc, dv);
+        }
       }
     }
-    mla_chunk<KV>(e, count, dv, a.entry_dim, a.scale, st);
-    t = end;
-    for (int j = 0; j < ahead_count; ++j) e[j] = ahead[j];
-    count = ahead_count;
   }
+  if (a.partial) return;
   for (int r = 0; r < a.rows; ++r) {
     for (int h = 0; h < a.heads; ++h) {
       const int i = r * a.heads + h;
-      scale(st.acc + int64_t{i} * dv, 1.0f / st.denom[i],
+      scale(total_acc + int64_t{i} * dv, 1.0f / total_denom[i],
             a.out + r * a.out_row_stride + h * a.out_head_stride, dv);
     }
   }
+}
+
+// Segment states (m, l, acc[dv]) one after another, merged in order from
+// the empty state and normalised, as the whole-range kernel does; `out`
+// doubles as the accumulator.
+PAGODA_TARGET void mla_merge(const float* states, int count, int dv, float* out) {
+  float M = -__builtin_inff(), L = 0.0f;
+  for (int d = 0; d < dv; ++d) out[d] = 0.0f;
+  for (int s = 0; s < count; ++s) {
+    const float* p = states + int64_t{s} * (dv + 2);
+    mla_merge_state(M, L, out, p[0], p[1], p + 2, dv);
+  }
+  scale(out, 1.0f / L, out, dv);
 }
