@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,6 +30,13 @@ class AsyncEngine {
     // the final output has been taken.
     std::optional<RequestOutput> next(std::chrono::milliseconds timeout);
     bool done() const;
+    // True once the final output is queued (taken or not).
+    bool has_final_output() const;
+    // `fn` runs after every output is queued, on the engine thread with no
+    // lock held, so an event-driven consumer is woken instead of polling; it
+    // must be quick (post work elsewhere). If outputs are already queued when
+    // it is set, it runs at once on the caller's thread.
+    void set_listener(std::function<void()> fn);
 
    private:
     friend class AsyncEngine;
@@ -38,6 +46,7 @@ class AsyncEngine {
     std::deque<RequestOutput> queue_;
     bool finished_pushed_ = false;
     bool finished_taken_ = false;
+    std::function<void()> listener_;
   };
 
   AsyncEngine(const std::string& model_dir, const EngineOptions& options);
