@@ -1,0 +1,86 @@
+// Raw-socket and streaming clients for the server tests: what fetch cannot
+// do (drip bytes, pipeline, half-close, hold idle connections) goes through
+// node:net.
+import net from "node:net";
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function hostPort(url) {
+  const u = new URL(url);
+  return { host: u.hostname, port: Number(u.port) };
+}
+
+// Resolves to {ms, value} of an async call.
+export async function timed(fn) {
+  const t0 = performance.now();
+  const value = await fn();
+  return { ms: Math.round(performance.now() - t0), value };
+}
+
+// Opens n connections; each is {socket, received, closed}.
+export function openSockets(url, n) {
+  const { host, port } = hostPort(url);
+  return Promise.all(Array.from({ length: n }, () => new Promise((resolve, reject) => {
+    const s = { socket: net.connect(port, host), received: "", closed: false };
+    s.socket.setEncoding("utf8");
+    s.socket.on("data", (d) => { s.received += d; });
+    s.socket.on("close", () => { s.closed = true; });
+    s.socket.on("error", () => {});
+    s.socket.once("connect", () => resolve(s));
+    s.socket.once("error", reject);
+  })));
+}
+
+// Writes `first` on every socket, then chunk() every intervalMs; returns stop().
+export function drip(sockets, chunk, first, intervalMs) {
+  for (const s of sockets) s.socket.write(first);
+  const timer = setInterval(() => {
+    for (const s of sockets) if (!s.closed) s.socket.write(chunk());
+  }, intervalMs);
+  return () => clearInterval(timer);
+}
+
+// Sends `data` on a new connection; resolves to what came back once done(text)
+// holds or the server closed. halfClose: end our side after writing.
+export function rawExchange(url, data, done = null, { halfClose = false, timeoutMs = 10000 } = {}) {
+  const { host, port } = hostPort(url);
+  return new Promise((resolve, reject) => {
+    let text = "";
+    const socket = net.connect(port, host, () => {
+      socket.write(data);
+      if (halfClose) socket.end();
+    });
+    socket.setEncoding("utf8");
+    const timer = setTimeout(() => { socket.destroy(); reject(new Error("no answer: " + text)); }, timeoutMs);
+    const finish = () => { clearTimeout(timer); socket.destroy(); resolve(text); };
+    socket.on("data", (d) => { text += d; if (done && done(text)) finish(); });
+    socket.on("close", finish);
+    socket.on("error", () => {});
+  });
+}
+
+// A streaming request: {abort(), done} where done resolves to {text, events}
+// (events: the parsed data: lines before [DONE]).
+export function sseStream(url, body) {
+  const ac = new AbortController();
+  const done = (async () => {
+    const r = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body), signal: ac.signal });
+    let text = "";
+    try {
+      const decoder = new TextDecoder();
+      for await (const chunk of r.body) text += decoder.decode(chunk, { stream: true });
+    } catch {
+      // the connection closed early: what arrived is the result
+    }
+    const events = text.split("\n\n").filter((e) => e.startsWith("data: {")).map((e) => JSON.parse(e.slice(6)));
+    return { status: r.status, text, events };
+  })();
+  return { abort: () => ac.abort(), done };
+}
+
+// The value of one Prometheus sample line from /metrics.
+export async function metric(url, name) {
+  const text = await (await fetch(url + "/metrics")).text();
+  const line = text.split("\n").find((l) => l.startsWith(name + " "));
+  return line ? Number(line.split(" ")[1]) : NaN;
+}
