@@ -644,6 +644,10 @@ struct HttpTransport::Impl {
     if (stopping) return;
     stopping = true;
     set_accepting(false);
+    // Closed, not just unwatched: connections the kernel would otherwise
+    // still accept into the backlog get "refused" at once.
+    ::close(listen_fd);
+    listen_fd = -1;
     std::vector<uint64_t> ids;
     for (const auto& [id, _] : conns) ids.push_back(id);
     for (uint64_t id : ids) {
@@ -748,7 +752,7 @@ HttpTransport::~HttpTransport() {
     dropped.swap(impl_->queue->work);
   }
   for (auto& [id, c] : impl_->conns) ::close(c->fd);
-  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
+  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);  // stop() closed it already
   ::close(impl_->wake_fd);
   ::close(impl_->epoll_fd);
 }

@@ -84,3 +84,16 @@ export async function metric(url, name) {
   const line = text.split("\n").find((l) => l.startsWith(name + " "));
   return line ? Number(line.split(" ")[1]) : NaN;
 }
+
+// A streaming request on a raw socket whose client does not read until
+// resume(): the server's writes back up, as with a slow client.
+// done resolves to the raw response text once the server closes or resume
+// has read a complete chunked response.
+export async function pausedStream(url, body) {
+  const [s] = await openSockets(url, 1);
+  const json = JSON.stringify(body);
+  s.socket.pause();
+  s.socket.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`);
+  const done = new Promise((resolve) => s.socket.on("close", () => resolve(s.received)));
+  return { resume: () => s.socket.resume(), done, destroy: () => s.socket.destroy() };
+}
