@@ -36,6 +36,15 @@ void AsyncEngine::Stream::set_listener(std::function<void()> fn) {
   if (pending && fn) fn();
 }
 
+void AsyncEngine::Stream::keep_latest_only() {
+  std::deque<RequestOutput> dropped;  // freed outside the lock
+  std::lock_guard lock(mu_);
+  while (queue_.size() > 1) {
+    dropped.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+}
+
 void AsyncEngine::Stream::push(RequestOutput out) {
   std::function<void()> listener;
   {

@@ -37,6 +37,10 @@ class AsyncEngine {
     // must be quick (post work elsewhere). If outputs are already queued when
     // it is set, it runs at once on the caller's thread.
     void set_listener(std::function<void()> fn);
+    // Drops every queued output but the newest. Outputs are cumulative (all
+    // text and ids so far), so a consumer that wants only the end result
+    // calls this as outputs arrive and keeps its memory flat.
+    void keep_latest_only();
 
    private:
     friend class AsyncEngine;

@@ -62,10 +62,14 @@ class Completion : public std::enable_shared_from_this<Completion> {
         reply_(reply),
         to_response_(std::move(to_response)) {}
 
-  void check() {
-    for (const auto& s : sub_.streams)
-      if (!s->has_final_output()) return;
-    if (fired_.exchange(true)) return;
+  // Stream i has new output (engine thread): keep only its newest output,
+  // and answer once every choice has its final one.
+  void on_output(size_t i) {
+    const auto& stream = sub_.streams[i];
+    stream->keep_latest_only();
+    if (!stream->has_final_output() || counted_[i].exchange(true)) return;
+    if (finished_.fetch_add(1) + 1 < sub_.streams.size()) return;
+    if (fired_.exchange(true)) return;  // cancelled
     pool_.submit([self = shared_from_this()] {
       // Every final output is queued, so this does not wait.
       self->reply_.send(self->to_response_(collect_response(self->ctx_, self->sub_)));
@@ -89,6 +93,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   Submitted sub_;
   Reply reply_;
   std::function<HttpResponse(const nlohmann::json&)> to_response_;
+  std::unique_ptr<std::atomic<bool>[]> counted_{new std::atomic<bool>[sub_.streams.size()]()};
+  std::atomic<size_t> finished_{0};
   std::atomic<bool> fired_{false};
 };
 
@@ -114,12 +120,12 @@ void reply_when_complete(GenerationContext& ctx, WorkerPool& pool, Submitted sub
   auto done = std::make_shared<Completion>(ctx, pool, std::move(sub), reply, std::move(to_response));
   reply.on_cancel([done] { done->cancel(); });
   std::weak_ptr<Completion> weak = done;
-  for (const auto& s : streams) {
-    s->set_listener([weak] {
-      if (auto d = weak.lock()) d->check();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    // Fires at once if output is already queued.
+    streams[i]->set_listener([weak, i] {
+      if (auto d = weak.lock()) d->on_output(i);
     });
   }
-  done->check();
 }
 
 }  // namespace pagoda::server
