@@ -49,7 +49,8 @@ int run_serve(ServeArgs& a) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "pagoda: %s received, shutting down (grace %.1f s; a second signal exits at once)\n",
+  std::fprintf(stderr,
+               "pagoda: %s received, shutting down (grace %.1f s; a second signal exits at once)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", a.grace_seconds);
   std::fflush(stderr);
   // The shutdown runs beside this thread, which keeps waiting for signals:
@@ -110,8 +111,7 @@ Runner add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option_function<double>(
-         "--header-timeout",
-         [args](double s) { args->server.header_timeout = to_ms(s); },
+         "--header-timeout", [args](double s) { args->server.header_timeout = to_ms(s); },
          "Seconds a request's line and headers may take from its first byte (408 beyond) [10]")
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option_function<double>(
@@ -119,8 +119,7 @@ Runner add_serve_command(CLI::App& app) {
          "Seconds a request body may take after its headers (408 beyond) [30]")
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option_function<double>(
-         "--keep-alive-timeout",
-         [args](double s) { args->server.keep_alive_timeout = to_ms(s); },
+         "--keep-alive-timeout", [args](double s) { args->server.keep_alive_timeout = to_ms(s); },
          "Seconds an idle keep-alive connection stays open [60]")
       ->check(CLI::Range(0.1, 86400.0));
   cmd->add_option("--shutdown-grace", args->grace_seconds,

@@ -93,7 +93,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   Submitted sub_;
   Reply reply_;
   std::function<HttpResponse(const nlohmann::json&)> to_response_;
-  std::unique_ptr<std::atomic<bool>[]> counted_{new std::atomic<bool>[sub_.streams.size()]()};
+  std::unique_ptr<std::atomic<bool>[]> counted_ { new std::atomic<bool>[ sub_.streams.size() ]() };
   std::atomic<size_t> finished_{0};
   std::atomic<bool> fired_{false};
 };
@@ -117,7 +117,8 @@ void reply_with_events(GenerationContext& ctx, WorkerPool& pool, Submitted sub, 
 void reply_when_complete(GenerationContext& ctx, WorkerPool& pool, Submitted sub, Reply reply,
                          std::function<HttpResponse(const nlohmann::json&)> to_response) {
   auto streams = sub.streams;
-  auto done = std::make_shared<Completion>(ctx, pool, std::move(sub), reply, std::move(to_response));
+  auto done =
+      std::make_shared<Completion>(ctx, pool, std::move(sub), reply, std::move(to_response));
   reply.on_cancel([done] { done->cancel(); });
   std::weak_ptr<Completion> weak = done;
   for (size_t i = 0; i < streams.size(); ++i) {

@@ -39,18 +39,30 @@ constexpr auto kLingerTime = std::chrono::seconds(2);
 
 const char* reason_phrase(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return status < 300 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return status < 300 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
   }
 }
 
@@ -62,7 +74,7 @@ struct PostQueue {
   std::mutex mu;
   std::vector<std::function<void()>> work;
   int wake_fd = -1;
-  bool closed = false;  // the transport is gone: drop what comes
+  bool closed = false;   // the transport is gone: drop what comes
   void* impl = nullptr;  // HttpTransport::Impl, for the closures Reply builds
 
   void post(std::function<void()> fn) {
@@ -103,8 +115,8 @@ struct HttpTransport::Impl {
     std::string out;             // to write
     size_t out_off = 0;
     Clock::time_point last_write_progress;
-    bool reading = true;     // EPOLLIN wanted
-    bool peer_eof = false;   // the client closed its sending side
+    bool reading = true;      // EPOLLIN wanted
+    bool peer_eof = false;    // the client closed its sending side
     bool want_write = false;  // EPOLLOUT registered
     // The request being parsed.
     HttpRequest req;
@@ -221,8 +233,8 @@ struct HttpTransport::Impl {
 
   // ---- responses -----------------------------------------------------------
 
-  void append_head(Conn& c, int status, const std::string& content_type,
-                   const HttpHeaders& headers, const std::string* body) {
+  void append_head(Conn& c, int status, const std::string& content_type, const HttpHeaders& headers,
+                   const std::string* body) {
     std::string& o = c.out;
     o += "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
     if (!content_type.empty()) o += "Content-Type: " + content_type + "\r\n";
@@ -510,9 +522,9 @@ struct HttpTransport::Impl {
         // once the answer is out (or at once if the client is fully gone).
         if (!(c.parser.flags & F_CHUNKED)) {
           fail(c, 400,
-               "the body ended before Content-Length bytes (" +
-                   std::to_string(c.req.body.size()) + " received, " +
-                   std::to_string(c.req.body.size() + c.parser.content_length) + " announced)");
+               "the body ended before Content-Length bytes (" + std::to_string(c.req.body.size()) +
+                   " received, " + std::to_string(c.req.body.size() + c.parser.content_length) +
+                   " announced)");
         } else {
           fail(c, 400, "the request body ended before its last chunk");
         }
@@ -725,7 +737,6 @@ struct HttpTransport::Impl {
       if (it != conns.end()) close_conn(*it->second, true);
     }
   }
-
 };
 
 HttpTransport::HttpTransport(TransportOptions options, HttpHandler handler)
@@ -735,7 +746,8 @@ HttpTransport::HttpTransport(TransportOptions options, HttpHandler handler)
   impl_->init_settings();
   impl_->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   impl_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (impl_->epoll_fd < 0 || impl_->wake_fd < 0) throw_input_error("epoll/eventfd: {}", std::strerror(errno));
+  if (impl_->epoll_fd < 0 || impl_->wake_fd < 0)
+    throw_input_error("epoll/eventfd: {}", std::strerror(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = UINT64_MAX;
@@ -787,15 +799,15 @@ int HttpTransport::bind() {
   }
   freeaddrinfo(res);
   if (fd < 0) {
-    throw_input_error("cannot bind {}:{} (in use, or not an address of this machine)",
-                      t.opt.host, t.opt.port);
+    throw_input_error("cannot bind {}:{} (in use, or not an address of this machine)", t.opt.host,
+                      t.opt.port);
   }
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int bound = ntohs(addr.ss_family == AF_INET6
-                              ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                              : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  const int bound =
+      ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                       : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   // Connections beyond what the descriptor limit allows get a 503 instead
   // of failing accept(); keep some descriptors for the rest of the process.
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {

@@ -29,9 +29,9 @@ namespace pagoda::server {
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // as sent, query included
-  std::string path;    // target without the query
+  std::string method;   // "GET", "POST", ...
+  std::string target;   // as sent, query included
+  std::string path;     // target without the query
   HttpHeaders headers;  // names in lower case
   std::string body;
   // The value of a header (lower-case name); nullptr when absent.
@@ -47,15 +47,15 @@ struct HttpResponse {
 
 struct TransportOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port
-  size_t max_connections = 4096;  // beyond: 503 and close
-  size_t max_header_bytes = 64 << 10;   // request line + headers (431 beyond)
-  size_t max_body_bytes = 8 << 20;      // 413 beyond
+  int port = 8000;                                   // 0: any free port
+  size_t max_connections = 4096;                     // beyond: 503 and close
+  size_t max_header_bytes = 64 << 10;                // request line + headers (431 beyond)
+  size_t max_body_bytes = 8 << 20;                   // 413 beyond
   std::chrono::milliseconds header_timeout{10'000};  // first byte -> end of headers
   std::chrono::milliseconds body_timeout{30'000};    // end of headers -> end of body
   std::chrono::milliseconds idle_timeout{60'000};    // keep-alive with no request
   std::chrono::milliseconds write_timeout{30'000};   // pending output, no progress
-  size_t max_unsent_bytes = 32 << 20;  // a stream whose client stops reading
+  size_t max_unsent_bytes = 32 << 20;                // a stream whose client stops reading
   // The body of the transport's own errors (400, 408, 413, 431, 503).
   std::function<HttpResponse(int status, const std::string& message)> error_response;
 };

@@ -18,8 +18,8 @@ using Json = nlohmann::json;
 
 HttpResponse json_response(int status, const Json& body) {
   // Replace, never throw, should any invalid UTF-8 reach a response.
-  return {status, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace),
-          {}};
+  return {
+      status, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace), {}};
 }
 
 HttpResponse error_response(int status, const std::string& message) {
@@ -111,10 +111,9 @@ void OpenAIServer::route(HttpRequest&& req, Reply reply) {
   const std::string* auth = req.header("authorization");
   if (!options_.api_key.empty() && (!auth || *auth != "Bearer " + options_.api_key)) {
     s.metrics.record_http_error();
-    reply.send(json_response(
-        401, ApiError(401, "authentication_error",
-                      "invalid or missing API key (Authorization: Bearer KEY)")
-                 .body()));
+    reply.send(json_response(401, ApiError(401, "authentication_error",
+                                           "invalid or missing API key (Authorization: Bearer KEY)")
+                                      .body()));
     return;
   }
   auto shared = std::make_shared<HttpRequest>(std::move(req));

@@ -23,10 +23,10 @@ struct ServerOptions {
   size_t max_body_bytes = 8 << 20;
   // Sequences (prompts x n) in flight; a request that would go past gets 503.
   size_t max_pending_requests = 256;
-  int http_threads = 16;  // threads parsing requests and building responses
+  int http_threads = 16;          // threads parsing requests and building responses
   size_t max_connections = 4096;  // open at once (503 beyond)
-  std::chrono::milliseconds header_timeout{10'000};  // first byte -> end of headers
-  std::chrono::milliseconds body_timeout{30'000};    // end of headers -> end of body
+  std::chrono::milliseconds header_timeout{10'000};      // first byte -> end of headers
+  std::chrono::milliseconds body_timeout{30'000};        // end of headers -> end of body
   std::chrono::milliseconds keep_alive_timeout{60'000};  // idle connection closes
 };
 

@@ -34,8 +34,8 @@ TEST(JsonDepth, BracketsInsideStringsAreText) {
 }
 
 TEST(JsonDepth, TheIssueReproIsRefusedWithoutRecursion) {
-  const std::string body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"x\":" +
-                           nested(100000) + "}]}";
+  const std::string body =
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"x\":" + nested(100000) + "}]}";
   EXPECT_TRUE(json_exceeds_depth(body));
 }
 
