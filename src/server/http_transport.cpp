@@ -214,6 +214,7 @@ struct HttpTransport::Impl {
           c.close_after_write = false;
           c.deadline = Clock::now() + kLingerTime;
           c.reading = true;
+          update_events(c);
         } else {
           close_conn(c, false);
           return false;
@@ -225,6 +226,9 @@ struct HttpTransport::Impl {
     }
     const bool want = c.out_off < c.out.size();
     if (want != c.want_write) {
+      // The write deadline counts from when the socket stopped taking
+      // bytes, not from the last write (a stream may idle between tokens).
+      if (want) c.last_write_progress = Clock::now();
       c.want_write = want;
       update_events(c);
     }
