@@ -3,7 +3,7 @@
 // requests, SIGTERM with streams in flight, pipelining, short bodies.
 // Fast (seconds); the minutes-long versions are in server_soak.test.mjs.
 // Usage: node --test server_hostile.test.mjs   (PAGODA_BINARY and PAGODA_MODEL in the environment)
-import { test } from "node:test";
+import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { waitForServer } from "./server_process.mjs";
@@ -13,8 +13,16 @@ const binary = process.env.PAGODA_BINARY;
 const model = process.env.PAGODA_MODEL;
 if (!binary || !model) throw new Error("set PAGODA_BINARY and PAGODA_MODEL");
 
+// Every server started, killed at the end whatever happened: a server that
+// ignores SIGTERM (the failure some tests look for) must not outlive them.
+const spawned = [];
+after(() => {
+  for (const p of spawned) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
+});
+
 function startServer(extraArgs = []) {
   const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "stories", "--port", "0", ...extraArgs]);
+  spawned.push(proc);
   return waitForServer(proc, 30000);
 }
 

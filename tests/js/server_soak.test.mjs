@@ -2,7 +2,7 @@
 // issue 24's probe, with the default timeouts: run by scripts/soak.sh, not
 // by the normal suite (server_hostile.test.mjs has the fast versions).
 // Usage: node --test server_soak.test.mjs   (PAGODA_BINARY and PAGODA_MODEL in the environment)
-import { test } from "node:test";
+import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { waitForServer } from "./server_process.mjs";
@@ -12,8 +12,14 @@ const binary = process.env.PAGODA_BINARY;
 const model = process.env.PAGODA_MODEL;
 if (!binary || !model) throw new Error("set PAGODA_BINARY and PAGODA_MODEL");
 
+const spawned = [];  // killed at the end whatever happened
+after(() => {
+  for (const p of spawned) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
+});
+
 async function withServer(args, fn) {
   const proc = spawn(binary, ["serve", "--model", model, "--port", "0", ...args]);
+  spawned.push(proc);
   const server = await waitForServer(proc, 30000);
   try {
     await fn(server);
@@ -86,6 +92,7 @@ test("graceful shutdown, 5 rounds of 20 streams x n 4: every stream ends with [D
   let streamsCut = 0, choicesCut = 0;
   for (let round = 0; round < 5; round++) {
     const proc = spawn(binary, ["serve", "--model", model, "--port", "0", "--shutdown-grace", "30"]);
+    spawned.push(proc);
     const server = await waitForServer(proc, 30000);
     const streams = Array.from({ length: 20 }, (_, i) =>
       sseStream(server.url + "/v1/completions", { prompt: "Once upon a time", n: 4, max_tokens: 100 + 20 * i, ignore_eos: true, stream: true }));
