@@ -141,16 +141,20 @@ test("3. /health and /metrics answer in milliseconds with 80 long streams in fli
       sseStream(server.url + "/v1/completions", { prompt: "Once upon a time", max_tokens: 480, ignore_eos: true, stream: true }));
     try {
       await sleep(300);
-      let worst = 0;
+      const lat = [];
       for (let i = 0; i < 10; i++) {
         for (const path of ["/health", "/metrics"]) {
           const { ms, value } = await timed(() => fetchT(server.url + path).then((r) => r.text().then(() => r)));
           assert.equal(value.status, 200);
-          worst = Math.max(worst, ms);
+          lat.push(ms);
         }
         await sleep(20);
       }
-      assert.ok(worst < 250, `/health or /metrics took ${worst} ms behind 80 streams`);
+      lat.sort((a, b) => a - b);
+      // Milliseconds typically (the old server: 7.9 s); the worst case allows
+      // for a loaded CI machine and sanitizer builds.
+      const median = lat[lat.length >> 1], worst = lat[lat.length - 1];
+      assert.ok(median < 50 && worst < 500, `/health+/metrics behind 80 streams: median ${median} ms, worst ${worst} ms`);
     } finally {
       for (const s of streams) s.abort();
       await Promise.allSettled(streams.map((s) => s.done));
