@@ -135,6 +135,26 @@ test("2. idle keep-alive connections hold no worker: 500 open, requests still se
   });
 });
 
+test("2. connections past --max-connections get a 503 and close; a freed slot is reused", { timeout: 60000 }, async () => {
+  await withServer([...fast, "--max-connections", "20"], async (server) => {
+    const held = await openSockets(server.url, 20);
+    try {
+      // Keep them past the header deadline's reach: each sent a request.
+      for (const s of held) s.socket.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+      await sleep(200);
+      const refused = await rawExchange(server.url, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+      assert.match(refused, /^HTTP\/1\.1 503 /);
+      assert.match(refused, /too many open connections/);
+      held[0].socket.destroy();
+      await sleep(200);
+      const { value } = await timed(() => rawExchange(server.url, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+      assert.match(value, /^HTTP\/1\.1 200 /);
+    } finally {
+      for (const s of held) s.socket.destroy();
+    }
+  });
+});
+
 test("3. /health and /metrics answer in milliseconds with 80 long streams in flight", { timeout: 60000 }, async () => {
   await withServer(fast, async (server) => {
     const streams = Array.from({ length: 80 }, () =>
