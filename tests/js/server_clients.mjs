@@ -2,6 +2,7 @@
 // do (drip bytes, pipeline, half-close, hold idle connections) goes through
 // node:net.
 import net from "node:net";
+import { spawn } from "node:child_process";
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -96,4 +97,33 @@ export async function pausedStream(url, body) {
   s.socket.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`);
   const done = new Promise((resolve) => s.socket.on("close", () => resolve(s.received)));
   return { resume: () => s.socket.resume(), done, destroy: () => s.socket.destroy() };
+}
+
+// Latencies (ms, sorted) of `count` GETs of each path, measured from a
+// separate node process so that this one, busy consuming streams, does not
+// add its own delays to the figures.
+export function probeLatencies(url, paths, count) {
+  const script = `
+    const lat = [];
+    for (let i = 0; i < ${count}; i++) {
+      for (const p of ${JSON.stringify(paths)}) {
+        const t0 = performance.now();
+        const r = await fetch(${JSON.stringify(url)} + p, { signal: AbortSignal.timeout(5000) });
+        await r.text();
+        if (r.status !== 200) throw new Error(p + " " + r.status);
+        lat.push(performance.now() - t0);
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    console.log(JSON.stringify(lat));`;
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script]);
+    let out = "", err = "";
+    child.stdout.on("data", (d) => { out += d; });
+    child.stderr.on("data", (d) => { err += d; });
+    child.on("exit", (code) => {
+      if (code !== 0) return reject(new Error("probe failed: " + err));
+      resolve(JSON.parse(out).map(Math.round).sort((a, b) => a - b));
+    });
+  });
 }
