@@ -195,7 +195,7 @@ std::string EventStream::chunk_for(size_t choice, const RequestOutput& out) {
   return "data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
 }
 
-std::string EventStream::next_events(bool* finished) {
+std::string EventStream::next_events(bool* finished, std::chrono::milliseconds wait) {
   *finished = false;
   if (finished_) {
     *finished = true;
@@ -236,10 +236,10 @@ std::string EventStream::next_events(bool* finished) {
     *finished = true;
     return events;
   }
-  if (events.empty()) {  // nothing ready: wait briefly on the first open choice
+  if (events.empty() && wait.count() > 0) {  // nothing ready: wait on the first open choice
     for (size_t i = 0; i < sub_.streams.size(); ++i) {
       if (done_[i]) continue;
-      if (auto out = sub_.streams[i]->next(50ms)) {
+      if (auto out = sub_.streams[i]->next(wait)) {
         if (!out->new_text.empty() || out->finished || sub_.top_logprobs >= 0)
           events += chunk_for(i, *out);
         completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
