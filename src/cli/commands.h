@@ -15,6 +15,7 @@ Runner add_generate_command(CLI::App& app);
 Runner add_logits_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
+Runner add_kv_plan_command(CLI::App& app);
 
 // Engine flags shared by every command that loads a model.
 void add_engine_flags(CLI::App& cmd, EngineOptions& options);

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_logits_command);
   add(pagoda::cli::add_bench_command);
   add(pagoda::cli::add_serve_command);
+  add(pagoda::cli::add_kv_plan_command);
 
   try {
     app.parse(argc, argv);

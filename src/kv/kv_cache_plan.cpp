@@ -51,14 +51,25 @@ int64_t KVCachePlan::bytes_per_block() const {
   return total;
 }
 
+int64_t KVCachePlan::group_blocks(size_t g, int64_t num_tokens) const {
+  const int64_t all = (num_tokens + block_size - 1) / block_size;
+  const int64_t w = groups[g].spec.sliding_window;
+  return w == 0 ? all : std::min(all, w / block_size + 2);
+}
+
 std::vector<int64_t> KVCachePlan::blocks_per_sequence(int64_t num_tokens) const {
   std::vector<int64_t> need(pools.size(), 0);
-  const int64_t all = (num_tokens + block_size - 1) / block_size;
-  for (const KVCacheGroup& g : groups) {
-    const int64_t w = g.spec.sliding_window;
-    need[g.pool] += w == 0 ? all : std::min(all, w / block_size + 2);
-  }
+  for (size_t g = 0; g < groups.size(); ++g) need[groups[g].pool] += group_blocks(g, num_tokens);
   return need;
+}
+
+int64_t KVCachePlan::bytes_per_sequence(int64_t num_tokens) const {
+  int64_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    total += group_blocks(g, num_tokens) * pools[groups[g].pool].page_bytes *
+             static_cast<int64_t>(groups[g].tensors.size());
+  }
+  return total;
 }
 
 int64_t KVCachePlan::min_blocks(int64_t num_tokens) const {

@@ -57,6 +57,12 @@ struct KVCachePlan {
   // The most any pool needs for one such sequence: the pools' common
   // minimum size.
   int64_t min_blocks(int64_t num_tokens) const;
+  // Blocks group g holds for one sequence of num_tokens positions (all of
+  // them for full attention; a window's worth for a sliding group).
+  int64_t group_blocks(size_t g, int64_t num_tokens) const;
+  // Bytes one sequence of num_tokens positions holds at most at once, over
+  // every group's pages of every tensor.
+  int64_t bytes_per_sequence(int64_t num_tokens) const;
 };
 
 // Groups equal specs (the whole spec is the key, in order of first

@@ -53,6 +53,11 @@ DeepseekConfig load_deepseek_config(const std::string& dir) {
     }
   }
   f.non_negative_int("num_nextn_predict_layers", c.num_nextn_predict_layers);
+  if (f.has("index_topk")) {
+    c.index_topk = f.required_positive_int("index_topk");
+    c.index_n_heads = f.required_positive_int("index_n_heads");
+    c.index_head_dim = f.required_positive_int("index_head_dim");
+  }
 
   return c;
 }

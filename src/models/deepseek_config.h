@@ -30,6 +30,10 @@ struct DeepseekConfig {
   int64_t first_k_dense_replace = 0;
   int64_t moe_layer_freq = 1;
   int64_t num_nextn_predict_layers = 0;  // MTP layers after the stack (loaded, not run)
+  // V3.2's lightning indexer (spec §3.1.3); index_topk 0: none (V3).
+  int64_t index_n_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
 
   int64_t q_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   // Layer l's FFN is a mixture of experts (HF DeepseekV3's rule).

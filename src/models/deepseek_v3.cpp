@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "models/deepseek_config.h"
+#include "models/deepseek_indexer.h"
 #include "models/linear_weights.h"
 #include "models/rope.h"
 #include "models/vocab_parallel.h"
@@ -87,26 +88,17 @@ struct Layer {
   std::vector<float> router_data;
   const float* correction_bias = nullptr;
   std::vector<ops::MoeExpert> experts;
+  std::unique_ptr<LightningIndexer> indexer;  // V3.2 only
 };
 
 struct Workspace {
-  std::vector<float> residual, hidden, q_a, q, kv_a, q_lat, o_lat, head_in, head_out, o, proj;
+  std::vector<float> residual, hidden, q_a, q, kv_a, q_lat, o_lat, head_in, o, proj;
   std::vector<float> gate_up, act, router_logits, topk_weights, moe_out, selected;
   std::vector<int32_t> topk_ids;
+  std::vector<int32_t> index_positions, index_slots;  // V3.2: [tokens, index_topk]
   ops::MoeScratch moe;
   int64_t capacity = 0;
 };
-
-// Row r of a matrix as f32 (FP8 dequantised with its block scale, bf16
-// widened): the values the kernels compute with.
-void matrix_row_f32(const ops::Matrix& m, int64_t r, float* out) {
-  if (m.dtype == DType::F8E4M3) {
-    ops::dequantize_fp8_row(m, r, 0, m.cols, out);
-  } else {
-    const auto row = static_cast<int32_t>(r);
-    ops::embedding(&row, 1, m, out);
-  }
-}
 
 class DeepseekV3Model final : public CausalLM {
  public:
@@ -134,16 +126,7 @@ class DeepseekV3Model final : public CausalLM {
   // One latent entry per token and layer, [c_kv ; k_pe] (kv_lora_rank +
   // qk_rope_head_dim values, ops::MLALayout), the same on every rank.
   std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
-    std::vector<LayerKVCache> caches;
-    KVCacheSpec spec;
-    spec.entry_bytes = (ds_.kv_lora_rank + ds_.qk_rope_head_dim) *
-                       static_cast<int64_t>(dtype_size(kv_dtype));
-    spec.format = fmt::format("mla {}+{} {}", ds_.kv_lora_rank, ds_.qk_rope_head_dim,
-                              dtype_name(kv_dtype));
-    for (int32_t l = 0; l < static_cast<int32_t>(layers_.size()); ++l) {
-      caches.push_back({l, "latent", spec});
-    }
-    return caches;
+    return deepseek_kv_cache_specs(config_, ds_, kv_dtype);
   }
 
   // A decode step of one token reads every dense matrix once, the shared
@@ -184,8 +167,14 @@ class DeepseekV3Model final : public CausalLM {
   Mlp load_mlp(const std::string& p, int64_t inter, int64_t inter_begin, int64_t rank_inter);
   int64_t check_mtp_layer();
   void reserve(int64_t tokens);
-  void attention(const Layer& w, const BatchMetadata& batch, const KVGroupMetadata& group,
-                 void* cache, const KVCacheView& kv, int64_t tokens);
+  // Layer `layer`'s attention; its caches are kv.layers[layer]: the latent
+  // entries, then (V3.2) the indexer keys.
+  void attention(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
+                 int64_t tokens);
+  // The latent-cache slots of the indexer's picks (positions in each
+  // token's own sequence), through the latent group's block tables.
+  void positions_to_slots(const BatchMetadata& batch, const KVGroupMetadata& group,
+                          int32_t block_size);
   void run_mlp(const Mlp& m, const float* x, int64_t tokens, float* out);
   void ffn(const Layer& w, int64_t tokens);
 
@@ -242,6 +231,10 @@ void DeepseekV3Model::load() {
     Layer& w = layers_[l];
     w.input_norm = weights_.vector(p + "input_layernorm.weight", h);
     load_attention(p, w);
+    if (ds_.index_topk > 0) {
+      w.indexer = std::make_unique<LightningIndexer>(weights_, p + "self_attn.indexer.", c, ds_,
+                                                     inv_freq_);
+    }
     w.post_attention_norm = weights_.vector(p + "post_attention_layernorm.weight", h);
     w.moe = ds_.is_moe_layer(l);
     if (!w.moe) {
@@ -251,12 +244,8 @@ void DeepseekV3Model::load() {
     }
     // The router decides in f32 (HF casts both operands): an f32 copy keeps
     // a bf16 kernel's rounding of the activations from flipping a choice.
-    const ops::Matrix gate = weights_.matrix(p + "mlp.gate.weight", ds_.n_routed_experts, h);
-    w.router_data.resize(ds_.n_routed_experts * h);
-    for (int64_t e = 0; e < ds_.n_routed_experts; ++e) {
-      matrix_row_f32(gate, e, w.router_data.data() + e * h);
-    }
-    w.router = {w.router_data.data(), DType::F32, ds_.n_routed_experts, h};
+    w.router = f32_copy(weights_.matrix(p + "mlp.gate.weight", ds_.n_routed_experts, h),
+                        w.router_data);
     if (ds_.topk_method == "noaux_tc") {
       w.correction_bias =
           weights_.vector(p + "mlp.gate.e_score_correction_bias", ds_.n_routed_experts);
@@ -364,7 +353,7 @@ void DeepseekV3Model::reserve(int64_t tokens) {
   ws.kv_a.resize(tokens * (lora + rope));
   ws.q_lat.resize(tokens * hn * (lora + rope));
   ws.o_lat.resize(tokens * hn * lora);
-  ws.head_in.resize(tokens * std::max(lora, ds_.qk_nope_head_dim));
+  ws.head_in.resize(tokens * ds_.qk_nope_head_dim);
   ws.o.resize(tokens * hn * v);
   ws.proj.resize(tokens * h);
   const int64_t inter = std::max({shard_.dense_inter, shard_.shared_inter, int64_t{1}});
@@ -373,13 +362,31 @@ void DeepseekV3Model::reserve(int64_t tokens) {
   ws.router_logits.resize(tokens * std::max<int64_t>(1, ds_.n_routed_experts));
   ws.topk_ids.resize(tokens * std::max<int64_t>(1, ds_.num_experts_per_tok));
   ws.topk_weights.resize(ws.topk_ids.size());
+  ws.index_positions.resize(tokens * std::max<int64_t>(1, ds_.index_topk));
+  ws.index_slots.resize(ws.index_positions.size());
   ws.moe_out.resize(tokens * h);
   ws.selected.resize(tokens * h);
 }
 
+void DeepseekV3Model::positions_to_slots(const BatchMetadata& batch, const KVGroupMetadata& group,
+                                         int32_t bs) {
+  const int64_t k = ds_.index_topk;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t* table = group.block_tables.data() + int64_t{s} * group.max_blocks_per_seq;
+    for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t pos = ws_.index_positions[t * k + j];
+        ws_.index_slots[t * k + j] = pos < 0 ? -1 : static_cast<int32_t>(table[pos / bs] * bs + pos % bs);
+      }
+    }
+  }
+}
+
 void DeepseekV3Model::attention(const Layer& w, const BatchMetadata& batch,
-                                const KVGroupMetadata& group, void* cache, const KVCacheView& kv,
-                                int64_t tokens) {
+                                const KVCacheView& kv, size_t layer, int64_t tokens) {
+  const KVCacheView::Cache& latent = kv.layers[layer][0];
+  const KVGroupMetadata& group = batch.kv_groups[latent.group];
+  void* cache = latent.data;
   Workspace& ws = ws_;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   const int64_t hn = shard_.heads, nope = ds_.qk_nope_head_dim, rope = ds_.qk_rope_head_dim;
@@ -446,14 +453,26 @@ void DeepseekV3Model::attention(const Layer& w, const BatchMetadata& batch,
   ab.seq_lens = batch.seq_lens.data();
   ab.block_tables = group.block_tables.data();
   ab.max_blocks_per_seq = group.max_blocks_per_seq;
-  ops::mla_paged_attention(ws.q_lat.data(), cache, layout, ab, static_cast<int>(hn),
-                           softmax_scale_, ws.o_lat.data());
+  // The latent outputs head-major [heads, tokens, kv_lora]: each head's
+  // rows are then one matrix for its W_UV product.
+  ops::MlaStrides head_major;
+  head_major.out_token = lora;
+  head_major.out_head = tokens * lora;
+  if (w.indexer) {  // V3.2: attend to the index_topk tokens the indexer picks
+    const KVCacheView::Cache& keys = kv.layers[layer][1];
+    w.indexer->select(ws.hidden.data(), ws.q_a.data(), batch, batch.kv_groups[keys.group],
+                      keys.data, kv, tokens, ws.index_positions.data());
+    positions_to_slots(batch, group, kv.block_size);
+    ops::mla_sparse_attention(ws.q_lat.data(), cache, layout, ab, ws.index_slots.data(),
+                              static_cast<int>(ds_.index_topk), static_cast<int>(hn),
+                              softmax_scale_, ws.o_lat.data(), head_major);
+  } else {
+    ops::mla_paged_attention(ws.q_lat.data(), cache, layout, ab, static_cast<int>(hn),
+                             softmax_scale_, ws.o_lat.data(), head_major);
+  }
   for (int64_t hh = 0; hh < hn; ++hh) {
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::memcpy(ws.head_in.data() + t * lora, ws.o_lat.data() + (t * hn + hh) * lora,
-                  lora * sizeof(float));
-    }
-    ops::linear(ws.head_in.data(), tokens, w.uv[hh], nullptr, ws.o.data() + hh * v, hn * v);
+    ops::linear(ws.o_lat.data() + hh * tokens * lora, tokens, w.uv[hh], nullptr,
+                ws.o.data() + hh * v, hn * v);
   }
   ops::linear(ws.o.data(), tokens, w.o_proj, nullptr, ws.proj.data());
   comm_.all_reduce_sum(ws.proj.data(), tokens * config_.hidden_size);  // row-parallel o_proj
@@ -505,8 +524,7 @@ void DeepseekV3Model::forward(const BatchMetadata& batch, const KVCacheView& kv,
       ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.input_norm, tokens, h, eps,
                         ws_.hidden.data());
     }
-    const KVCacheView::Cache& latent = kv.layers[i][0];
-    attention(w, batch, batch.kv_groups[latent.group], latent.data, kv, tokens);
+    attention(w, batch, kv, i, tokens);
     ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
                       ws_.hidden.data());
     ffn(w, tokens);
@@ -524,6 +542,27 @@ void DeepseekV3Model::forward(const BatchMetadata& batch, const KVCacheView& kv,
 }
 
 }  // namespace
+
+std::vector<LayerKVCache> deepseek_kv_cache_specs(const ModelConfig& config,
+                                                  const DeepseekConfig& ds, DType kv_dtype) {
+  KVCacheSpec latent;
+  const int64_t lora = ds.kv_lora_rank, rope = ds.qk_rope_head_dim;
+  if (kv_dtype == DType::F8E4M3) {
+    latent.entry_bytes = lora + (lora + 127) / 128 * 4 + rope * 2;
+    latent.format = fmt::format("fp8_ds_mla {}+{}", lora, rope);
+  } else {
+    latent.entry_bytes = (lora + rope) * static_cast<int64_t>(dtype_size(kv_dtype));
+    latent.format = fmt::format("mla {}+{} {}", lora, rope, dtype_name(kv_dtype));
+  }
+  std::vector<LayerKVCache> caches;
+  for (int32_t l = 0; l < static_cast<int32_t>(config.num_hidden_layers); ++l) {
+    caches.push_back({l, "latent", latent});
+    if (ds.index_topk > 0) {
+      caches.push_back({l, "indexer_k", LightningIndexer::cache_spec(ds, kv_dtype)});
+    }
+  }
+  return caches;
+}
 
 std::unique_ptr<CausalLM> make_deepseek_v3(const ModelConfig& config,
                                            std::unique_ptr<Checkpoint> checkpoint,

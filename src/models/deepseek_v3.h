@@ -8,12 +8,23 @@
 
 #include <memory>
 
+#include <vector>
+
 #include "models/checkpoint.h"
+#include "models/deepseek_config.h"
 #include "models/model.h"
 #include "models/quantize.h"
 #include "parallel/communicator.h"
 
 namespace pagoda {
+
+// Per layer one latent cache (kv_lora_rank + qk_rope_head_dim values: f32,
+// bf16, or F8E4M3 in the "fp8_ds_mla" layout of 656 bytes for the real
+// model: e4m3 latents, one f32 scale per 128 of them, bf16 rope values),
+// and for V3.2 the lightning indexer's key cache (index_head_dim values; fp8:
+// e4m3 values + one f32 scale, 132 bytes). The same on every rank.
+std::vector<LayerKVCache> deepseek_kv_cache_specs(const ModelConfig& config,
+                                                  const DeepseekConfig& ds, DType kv_dtype);
 
 std::unique_ptr<CausalLM> make_deepseek_v3(const ModelConfig& config,
                                            std::unique_ptr<Checkpoint> checkpoint,

@@ -19,4 +19,19 @@ ops::Matrix prepare_linear(WeightStore& weights, const ops::Matrix& m,
   return m;
 }
 
+void matrix_row_f32(const ops::Matrix& m, int64_t r, float* out) {
+  if (m.dtype == DType::F8E4M3) {
+    ops::dequantize_fp8_row(m, r, 0, m.cols, out);
+  } else {
+    const auto row = static_cast<int32_t>(r);
+    ops::embedding(&row, 1, m, out);
+  }
+}
+
+ops::Matrix f32_copy(const ops::Matrix& m, std::vector<float>& storage) {
+  storage.resize(m.rows * m.cols);
+  for (int64_t r = 0; r < m.rows; ++r) matrix_row_f32(m, r, storage.data() + r * m.cols);
+  return {storage.data(), DType::F32, m.rows, m.cols};
+}
+
 }  // namespace pagoda

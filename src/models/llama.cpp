@@ -138,22 +138,8 @@ class LlamaModel final : public CausalLM {
 
   const ModelConfig& config() const override { return config_; }
 
-  // Per layer a K and a V cache of this rank's kv heads: a page is
-  // [kv_heads, block_size, head_dim] rows (ops::KVLayout), full attention or
-  // the layer's sliding window.
   std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
-    std::vector<LayerKVCache> caches;
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      KVCacheSpec spec;
-      spec.sliding_window = layers_[l].sliding_window;
-      spec.entry_bytes =
-          shard_.kv_heads * config_.head_dim * static_cast<int64_t>(dtype_size(kv_dtype));
-      spec.format = fmt::format("kv_heads {}x{} {}", shard_.kv_heads, config_.head_dim,
-                                dtype_name(kv_dtype));
-      caches.push_back({static_cast<int32_t>(l), "k", spec});
-      caches.push_back({static_cast<int32_t>(l), "v", spec});
-    }
-    return caches;
+    return llama_kv_cache_specs(config_, shard_.kv_heads, kv_dtype);
   }
 
   DType weight_dtype() const override { return weight_dtype_; }
@@ -321,6 +307,21 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
 }
 
 }  // namespace
+
+std::vector<LayerKVCache> llama_kv_cache_specs(const ModelConfig& config, int64_t kv_heads,
+                                               DType kv_dtype) {
+  std::vector<LayerKVCache> caches;
+  for (int32_t l = 0; l < static_cast<int32_t>(config.num_hidden_layers); ++l) {
+    KVCacheSpec spec;
+    if (!config.layer_sliding_window.empty()) spec.sliding_window = config.layer_sliding_window[l];
+    spec.entry_bytes = kv_heads * config.head_dim * static_cast<int64_t>(dtype_size(kv_dtype));
+    spec.format =
+        fmt::format("kv_heads {}x{} {}", kv_heads, config.head_dim, dtype_name(kv_dtype));
+    caches.push_back({l, "k", spec});
+    caches.push_back({l, "v", spec});
+  }
+  return caches;
+}
 
 std::unique_ptr<CausalLM> make_llama_family(const ModelConfig& config,
                                             std::unique_ptr<Checkpoint> checkpoint,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "models/checkpoint.h"
 #include "models/model.h"
@@ -15,6 +16,12 @@ namespace pagoda {
 struct LlamaVariant {
   bool qk_norm = false;  // Qwen3: RMSNorm over each q/k head before RoPE
 };
+
+// Per layer a K and a V cache of kv_heads heads (a rank's share under
+// tensor parallelism): a page is [kv_heads, block_size, head_dim] rows
+// (ops::KVLayout), full attention or the layer's sliding window.
+std::vector<LayerKVCache> llama_kv_cache_specs(const ModelConfig& config, int64_t kv_heads,
+                                               DType kv_dtype);
 
 std::unique_ptr<CausalLM> make_llama_family(const ModelConfig& config,
                                             std::unique_ptr<Checkpoint> checkpoint,

@@ -86,6 +86,10 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir);
 std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communicator& comm,
                                      const WeightOptions& options = {});
 
+// The KV caches the model in DIR declares (whole model, one rank), from
+// its config alone: what `pagoda kv-plan` sizes. InputError as load_model.
+std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype);
+
 // Resident bytes of this process's mappings of *.safetensors files (from
 // /proc/self/smaps): the checkpoint pages this rank actually touched.
 int64_t resident_checkpoint_bytes();

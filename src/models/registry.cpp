@@ -24,6 +24,10 @@ const std::map<std::string, Factory>& registry() {
        [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_deepseek_v3(c, std::move(ckpt), comm, q);
        }},
+      {"DeepseekV32ForCausalLM",
+       [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
+         return make_deepseek_v3(c, std::move(ckpt), comm, q);
+       }},
       {"LlamaForCausalLM",
        [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_llama_family(c, std::move(ckpt), {}, comm, q);
@@ -61,6 +65,17 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
                       config.architecture, known);
   }
   return it->second(config, Checkpoint::open(dir), comm, options);
+}
+
+std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype) {
+  const ModelConfig config = load_model_config(dir);
+  if (config.architecture.rfind("Deepseek", 0) == 0) {
+    return deepseek_kv_cache_specs(config, load_deepseek_config(dir), kv_dtype);
+  }
+  if (registry().count(config.architecture) == 0) {
+    throw_input_error("{}/config.json: unknown architecture '{}'", dir, config.architecture);
+  }
+  return llama_kv_cache_specs(config, config.num_key_value_heads, kv_dtype);
 }
 
 int64_t resident_checkpoint_bytes() {
