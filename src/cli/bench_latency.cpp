@@ -107,9 +107,10 @@ int run_latency(LatencyArgs& a) {
   // The whole batch must be resident at once: otherwise later requests
   // start as earlier ones finish, and "decode" would time a smaller batch
   // while counting every request's tokens.
-  const int64_t slots = int64_t{engine.stats().kv_blocks_total} * a.engine.block_size;
-  const int64_t per_request = (a.input_len + a.output_len + a.engine.block_size - 1) /
-                              a.engine.block_size * a.engine.block_size;
+  const int32_t block_size = engine.options().block_size;  // resolved
+  const int64_t slots = int64_t{engine.stats().kv_blocks_total} * block_size;
+  const int64_t per_request =
+      (a.input_len + a.output_len + block_size - 1) / block_size * block_size;
   if (slots < a.batch * per_request) {
     throw_input_error(
         "bench latency: --batch {} x ({} in + {} out) needs {} KV slots, the cache holds {}: raise "

@@ -26,9 +26,9 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
                                           {"avx512", ops::Isa::Avx512},
                                           {"avx512bf16", ops::Isa::Avx512Bf16}},
           CLI::ignore_case));
-  cmd.add_option("--block-size", o.block_size, "Tokens per KV-cache block")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
+  cmd.add_option("--block-size", o.block_size,
+                 "Tokens per KV-cache block (default: the model's: 64 for DeepSeek V3.2, else 16)")
+      ->check(CLI::Range(1, 1024));
   cmd.add_option("--kv-cache-memory", o.kv_cache_memory,
                  "Bytes reserved for the KV cache (default: enough for --max-num-seqs full "
                  "sequences, at most half the available memory)")

@@ -103,8 +103,14 @@ DType kv_dtype_of(const CausalLM& model, const EngineOptions& options) {
 }
 
 // The KV pool's groups and pools for this model's caches (same on every rank).
+// The block size the user asked for, else the model's default.
+int32_t block_size_of(const CausalLM& model, const EngineOptions& options) {
+  return options.block_size > 0 ? options.block_size : model.default_block_size();
+}
+
 KVCachePlan kv_cache_plan(const CausalLM& model, const EngineOptions& options) {
-  return plan_kv_cache(model.kv_cache_specs(kv_dtype_of(model, options)), options.block_size);
+  return plan_kv_cache(model.kv_cache_specs(kv_dtype_of(model, options)),
+                       block_size_of(model, options));
 }
 
 }  // namespace
@@ -129,13 +135,15 @@ void LLMEngine::run_worker(const std::string& model_dir, const EngineOptions& op
 
 LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
     : options_(options), comm_(parallel::world()) {
-  if (options.block_size < 1)
-    throw_input_error("block size must be >= 1, got {}", options.block_size);
+  if (options.block_size < 0)
+    throw_input_error("block size must be >= 1 (or 0: the model's default), got {}",
+                      options.block_size);
   if (options.max_num_seqs < 1) throw_input_error("max_num_seqs must be >= 1");
   if (options.max_num_batched_tokens < 1) throw_input_error("max_num_batched_tokens must be >= 1");
   PAGODA_CHECK(comm_.rank() == 0, "LLMEngine on rank {} (workers call run_worker)", comm_.rank());
 
   model_ = load_shard(model_dir, options, comm_);
+  options_.block_size = block_size_of(*model_, options);
   // From here until the workers know the KV pool size, a failure must be
   // sent to them (num_blocks = -1) before it propagates.
   int64_t num_blocks = -1;
@@ -154,7 +162,7 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
   kv_ = std::make_unique<KVCacheManager>(plan, static_cast<int32_t>(num_blocks),
                                          options.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size,
+      SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options_.block_size,
                       options.scheduling_policy},
       *kv_);
   runner_ = std::make_unique<ModelRunner>(*model_, plan, num_blocks, kv_dtype_of(*model_, options),
@@ -205,7 +213,7 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
     throw_input_error(
         "KV cache of {} bytes ({}) holds {} blocks of {} tokens, fewer than one sequence of "
         "max_model_len {} needs ({} blocks); raise --kv-cache-memory or lower --max-model-len",
-        budget, kv_dtype_label(kv_dtype_of(*model_, options)), num_blocks, options.block_size,
+        budget, kv_dtype_label(kv_dtype_of(*model_, options)), num_blocks, options_.block_size,
         max_model_len_, min_blocks);
   }
   *num_blocks_out = num_blocks;

@@ -22,7 +22,10 @@ struct EngineOptions {
   int64_t kv_cache_memory = 0;  // bytes for the KV pool; 0 = sized automatically
   // Element type of the KV cache (auto: bf16 for bf16 checkpoints, else f32).
   KVCacheDType kv_cache_dtype = KVCacheDType::Auto;
-  int32_t block_size = 16;  // tokens per KV block
+  // Tokens per KV block; 0: the model's default (CausalLM::default_block_size:
+  // 16, or 64 for DeepSeek V3.2's sparse caches). options() reports the
+  // resolved value.
+  int32_t block_size = 0;
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings

@@ -153,6 +153,9 @@ class DeepseekV3Model final : public CausalLM {
     return total;
   }
 
+  // V3.2's sparse caches use 64-token pages, as the seed's (vLLM's) do.
+  int32_t default_block_size() const override { return ds_.index_topk > 0 ? 64 : 16; }
+
   std::string load_notes() const override {
     if (mtp_bytes_ == 0) return "";
     return fmt::format("MTP layer loaded ({:.1f} MiB), not run", mtp_bytes_ / 1048576.0);

@@ -70,6 +70,8 @@ class CausalLM {
   // Whether the linear matrices (bf16 or int8) were repacked into GEMM
   // panels at load (ops/packed.h).
   virtual bool repacked_weights() const { return false; }
+  // Tokens per KV block when the user does not choose (--block-size).
+  virtual int32_t default_block_size() const { return 16; }
   // Anything about the load a user should see in the start-up line (e.g.
   // layers loaded but not run); "" for nothing.
   virtual std::string load_notes() const { return ""; }
