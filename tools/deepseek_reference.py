@@ -89,6 +89,20 @@ CLI:
       .npy holds all T + 32 rows
   deepseek_reference.py --self-test [--model DIR]
       the spec §6.3 invariants on a fresh random checkpoint (or on DIR)
+Options: --fp8-cache (spec §5.1 FP8 MLA + indexer-key caches; JSON
+kv_cache_dtype "fp8"), --no-hadamard, --index-topk N (V3.2 override),
+--random T [--seed S] (T random ids in [0, min(512, vocab)) instead of --ids).
+V3.2 only:
+  deepseek_reference.py --model DIR --ids ... --topk-out sets.json
+      writes {"index_topk", "ids", "layers": {"0": [[key positions of query
+      t, ascending] for t in 0..T-1], ...}, "margins": {"0": [relative
+      top-k margin of query t, null while t + 1 <= index_topk], ...}} for
+      prompt + greedy tokens, to compare an engine's top-k sets as sets
+      (where the margin is clear, e.g. > 1e-5)
+  deepseek_reference.py --model DIR --random 200 --check-margins [--min-margin 1e-6]
+      per layer, the relative gap (I_k - I_k+1) / max|I(t, .)| between the
+      k-th and (k+1)-th indexer score over the queries with more than k
+      candidates; exits 1 if the smallest is below --min-margin
 """
 import argparse
 import json
@@ -920,22 +934,58 @@ def main():
     ap.add_argument("--greedy", type=int, default=0, help="also generate N greedy tokens (teacher forcing after)")
     ap.add_argument("--out", help="write logits: .npy (array [T, vocab]) or .json")
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--fp8-cache", action="store_true", help="FP8 MLA (656-B) and indexer-key (132-B) caches")
+    ap.add_argument("--no-hadamard", action="store_true", help="V3.2: skip the indexer's Hadamard rotation")
+    ap.add_argument("--index-topk", type=int, default=None, help="V3.2: override index_topk")
+    ap.add_argument("--random", type=int, default=0, help="T random token ids instead of --ids")
+    ap.add_argument("--seed", type=int, default=0, help="for --random")
+    ap.add_argument("--topk-out", help="V3.2: write the per-layer, per-query top-k sets (JSON)")
+    ap.add_argument("--check-margins", action="store_true", help="V3.2: report the top-k score margins")
+    ap.add_argument("--min-margin", type=float, default=1e-6)
     a = ap.parse_args()
     if a.self_test:
         return self_test(a.model)
-    if not a.model or not a.ids:
-        ap.error("--model and --ids are required (or --self-test)")
-    m = DeepseekReference(a.model, bf16_activations=a.bf16_activations, bf16_kv=a.bf16_kv, absorbed=a.absorbed)
-    ids = [int(t) for t in a.ids.split(",") if t.strip()]
+    if not a.model or not (a.ids or a.random):
+        ap.error("--model and --ids (or --random T) are required (or --self-test)")
+    if a.fp8_cache and a.bf16_kv:
+        ap.error("--fp8-cache and --bf16-kv exclude each other")
+    m = DeepseekReference(a.model, bf16_activations=a.bf16_activations, bf16_kv=a.bf16_kv, absorbed=a.absorbed,
+                          fp8_cache=a.fp8_cache, hadamard=not a.no_hadamard, index_topk=a.index_topk)
+    if (a.topk_out or a.check_margins) and not m.v32:
+        ap.error("--topk-out / --check-margins need a DeepseekV32ForCausalLM checkpoint")
+    if a.random:
+        ids = [int(t) for t in np.random.default_rng(a.seed).integers(0, min(512, m.cfg["vocab_size"]), a.random)]
+    else:
+        ids = [int(t) for t in a.ids.split(",") if t.strip()]
+    if a.check_margins:
+        worst = np.inf
+        for layer, g in m.topk_margins(ids).items():
+            if g.size:
+                worst = min(worst, float(g.min()))
+                print(f"layer {layer}: {g.size} queries past index_topk {m.index_topk}: min relative margin "
+                      f"{g.min():.3e}, median {np.median(g):.3e}, below 1e-4: {int(np.sum(g < 1e-4))}")
+        print(f"min relative top-k margin {worst:.3e} (limit {a.min_margin:.0e})")
+        return 0 if worst >= a.min_margin else 1
     out_ids = m.greedy(ids, a.greedy) if a.greedy else []
     logits = m.forward(ids + out_ids)
+    if a.topk_out:
+        margins = {}
+        for i, (scores, _) in m.last_index.items():
+            margins[str(i)] = []
+            for t in range(scores.shape[0]):
+                row = np.sort(scores[t, : t + 1])[::-1]
+                margins[str(i)].append(None if row.size <= m.index_topk else float(
+                    (row[m.index_topk - 1] - row[m.index_topk]) / np.max(np.abs(row))))
+        json.dump({"index_topk": m.index_topk, "ids": ids + out_ids,
+                   "layers": {str(i): [sel.tolist() for sel in v[1]] for i, v in m.last_index.items()},
+                   "margins": margins}, open(a.topk_out, "w"))
     if a.greedy:
         # `pagoda logits` format: one row per generated token (the row that predicted it)
         doc = {"prompt_ids": ids, "output_ids": out_ids, "logits": logits[len(ids) - 1 : -1].tolist()}
     else:
         doc = {"prompt_ids": ids, "output_ids": [], "logits": logits.tolist()}  # every position
     doc.update(reference="deepseek_reference.py", absorbed=a.absorbed,
-               kv_cache_dtype="bf16" if a.bf16_kv else "f32")
+               kv_cache_dtype="fp8" if a.fp8_cache else "bf16" if a.bf16_kv else "f32")
     if a.out and a.out.endswith(".npy"):
         np.save(a.out, logits)
     elif a.out:
