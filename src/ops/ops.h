@@ -263,6 +263,25 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
                          const AttentionBatch& batch, int num_heads, float scale, float* out,
                          const MlaStrides& strides = {});
 
+// ---- DeepSeek V3.2 sparse attention (DSA) ---------------------------------
+// Absorbed-form MLA as mla_paged_attention, but query token t attends only
+// to the entries listed in topk_slots[t * topk, (t + 1) * topk): physical
+// slots (block_id * block_size + offset, as write_mla_kv takes them) whose
+// entries are read directly (no block table walk); -1 = no entry (padding,
+// anywhere in the list). out[t, h, :] = sum_j softmax_j(scale * q . e_j) *
+// e_j[0 : kv_lora_rank] over the listed valid slots; a list with none gives
+// zeros. batch supplies the token count (query_start_loc[num_seqs]); the
+// lists already encode causality (the indexer picks keys <= the token).
+// Order: valid slots are consumed in list order, with mla_paged_attention's
+// chunking and segment merges applied to that sequence. A token's result
+// depends only on its q and its list (never on the batch or threads); the
+// token's causal keys in position order give mla_paged_attention's bits
+// (block sizes multiple of 16); another order of the same set differs by
+// f32 reassociation only. A slot listed twice counts twice.
+void mla_sparse_attention(const float* q, const void* cache, const MLALayout& layout,
+                          const AttentionBatch& batch, const int32_t* topk_slots, int topk,
+                          int num_heads, float scale, float* out, const MlaStrides& strides = {});
+
 // ---- Variant selection (tests run every variant the CPU supports) ---------
 // Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the
 // activations to bf16 (round-to-nearest-even) and accumulate bf16 products

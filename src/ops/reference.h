@@ -32,6 +32,10 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
 void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
                          const AttentionBatch& batch, int num_heads, float scale, float* out,
                          const MlaStrides& strides = {});
+// DeepSeek V3.2 sparse attention twins (reference_dsa.cpp).
+void mla_sparse_attention(const float* q, const void* cache, const MLALayout& layout,
+                          const AttentionBatch& batch, const int32_t* topk_slots, int topk,
+                          int num_heads, float scale, float* out, const MlaStrides& strides = {});
 
 // MoE (moe_reference.cpp). Scores are computed with the same f32 formulas
 // as moe_route (1 / (1 + e^-z); softmax as max, exp, sum in index order,

@@ -91,6 +91,26 @@ struct MlaTile {
   int64_t partial_head_stride = 0;
 };
 constexpr int64_t kMlaSegmentKeys = 1024;
+
+// A tile of sparse MLA attention (ops.h mla_sparse_attention): one query
+// token times `heads` consecutive heads over the entries of a slot list.
+// The list's valid slots (>= 0), in list order, are taken exactly as
+// mla_attention takes a row's keys 0, 1, 2, ...: chunks of kKeyChunk,
+// segments of kMlaSegmentKeys merged in order. So a list holding a row's
+// causal keys in position order gives that row's dense bits (block sizes
+// that are multiples of kKeyChunk, where dense chunks are aligned runs of
+// kKeyChunk positions).
+struct MlaSparseTile {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int64_t q_head_stride = 0, out_head_stride = 0;
+  int heads = 0;  // <= kMaxTileQueries
+  const void* cache = nullptr;
+  const int32_t* slots = nullptr;  // the token's list: physical slots, -1 = none
+  int count = 0;                   // list length
+  int kv_lora = 0, entry_dim = 0;
+  float scale = 1.0f;
+};
 // Floats of scratch an MLA tile needs: per query a segment's and the
 // total's latent accumulator, max and denominator, and one chunk's scores.
 constexpr int64_t mla_scratch_floats(int64_t kv_lora) {
@@ -180,6 +200,10 @@ struct KernelTable {
   // Merges `count` segment states (MlaTile::partial layout, consecutive,
   // stride kv_lora + 2) in order and writes the normalised output.
   void (*mla_merge)(const float* states, int count, int kv_lora, float* out) = nullptr;
+  // One sparse MLA tile over an f32 / a bf16 latent cache; scratch holds
+  // mla_scratch_floats(kv_lora).
+  void (*mla_sparse_attention)(const MlaSparseTile& a, float* scratch) = nullptr;
+  void (*mla_sparse_attention_bf16)(const MlaSparseTile& a, float* scratch) = nullptr;
 };
 
 const KernelTable& scalar_kernels();
