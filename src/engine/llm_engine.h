@@ -80,6 +80,10 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::vector<SampledToken> logprobs;  // all so far, when requested
+  // When params.prompt_logprobs >= 0: every prompt position's entry, set
+  // once the whole prompt is scored (null before, and for an abort before).
+  // Shared and immutable, so every later output carries it without a copy.
+  std::shared_ptr<const PromptLogprobs> prompt_logprobs;
   RequestMetrics metrics;
 };
 
@@ -138,6 +142,8 @@ class LLMEngine {
   void init_after_load(const std::string& model_dir, const EngineOptions& options,
                        int64_t* num_blocks, KVCachePlan* plan);
   void append_token(Request& r, const SampledToken& sampled);
+  // Fills the prompt logprob entries whose logits rows this step computed.
+  void score_prompt_rows(const SchedulerOutput& sched);
   RequestOutput make_output(Request& r, size_t num_new_tokens);
   void finish(Request& r, FinishReason reason);
 
@@ -153,6 +159,14 @@ class LLMEngine {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<Request*> aborted_;  // reported by the next step()
   LogitsObserver logits_observer_;
+  // Per-step scratch, kept to reuse its memory.
+  StepLogits step_rows_;
+  struct PromptRowTask {
+    Request* request;
+    size_t entry;
+    int32_t row;
+  };
+  std::vector<PromptRowTask> prompt_row_tasks_;
 };
 
 }  // namespace pagoda

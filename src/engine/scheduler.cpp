@@ -89,7 +89,11 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
-    if (r->num_computed_tokens == 0) {  // skip whatever the prefix cache already holds
+    // Skip whatever the prefix cache already holds, except for a request
+    // that still scores its prompt (prompt_logprobs): a hit would skip the
+    // positions whose logits it reports. Its blocks are still cached after
+    // each step (on_step_done) for the requests that follow.
+    if (r->num_computed_tokens == 0 && !r->scoring_prompt()) {
       r->num_computed_tokens = kv_.take_cached_prefix(r->kv, r->all_tokens());
       if (!r->admitted_before) r->num_cached_tokens = r->num_computed_tokens;
     }
