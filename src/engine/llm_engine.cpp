@@ -219,6 +219,7 @@ EngineStats LLMEngine::stats() const {
   s.kv_blocks_free = kv_->num_free_blocks();
   s.prefix_cache_queried_tokens = kv_->queried_tokens();
   s.prefix_cache_hit_tokens = kv_->hit_tokens();
+  s.num_preemptions = scheduler_->num_preemptions();
   return s;
 }
 

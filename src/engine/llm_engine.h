@@ -52,6 +52,7 @@ struct EngineStats {
   int32_t kv_blocks_free = 0;  // includes cached blocks no request uses
   int64_t prefix_cache_queried_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
+  int64_t num_preemptions = 0;  // since start, all requests
   double prefix_cache_hit_rate() const {
     return prefix_cache_queried_tokens ? static_cast<double>(prefix_cache_hit_tokens) /
                                              static_cast<double>(prefix_cache_queried_tokens)

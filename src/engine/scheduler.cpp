@@ -46,6 +46,7 @@ void Scheduler::preempt(Request* request) {
   request->num_computed_tokens = 0;  // recomputed from scratch when resumed
   request->status = RequestStatus::Waiting;
   request->num_preemptions++;
+  ++num_preemptions_;
   if (config_.policy == SchedulingPolicy::Priority) {
     insert_waiting_by_priority(request);
   } else {

@@ -54,6 +54,8 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  // Preemptions since start, over all requests (for /metrics).
+  int64_t num_preemptions() const { return num_preemptions_; }
   const std::deque<Request*>& waiting() const { return waiting_; }
   const std::vector<Request*>& running() const { return running_; }
 
@@ -70,6 +72,7 @@ class Scheduler {
   KVCacheManager& kv_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // in admission order
+  int64_t num_preemptions_ = 0;
 };
 
 }  // namespace pagoda

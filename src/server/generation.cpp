@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
-#include "tokenizer/chat_template.h"
+#include "server/chat_prompt.h"
 
 namespace pagoda::server {
 
@@ -16,30 +16,6 @@ using namespace std::chrono_literals;
 
 const char* finish_reason_json(FinishReason r) {
   return r == FinishReason::Length ? "length" : r == FinishReason::Stop ? "stop" : "abort";
-}
-
-std::vector<int32_t> chat_prompt(GenerationContext& ctx, const GenerationRequest& req) {
-  if (ctx.chat_template.empty()) {
-    throw bad_request(
-        "this model has no chat template (tokenizer_config.json chat_template); use "
-        "/v1/completions",
-        "messages");
-  }
-  ChatTemplateInputs in;
-  in.messages = req.messages;
-  in.tools = req.tools;
-  in.add_generation_prompt = req.add_generation_prompt;
-  in.bos_token = ctx.engine.tokenizer().bos_token();
-  in.eos_token = ctx.engine.tokenizer().eos_token();
-  in.extra_context = req.chat_template_kwargs;
-  std::string text;
-  try {
-    text = render_chat_template(ctx.chat_template, in);
-  } catch (const InputError& e) {
-    throw bad_request(std::string("chat template: ") + e.what(), "messages");
-  }
-  // The template already wrote BOS and other specials where they belong.
-  return ctx.engine.tokenizer().encode(text, /*add_special_tokens=*/false);
 }
 
 Json logprobs_json(GenerationContext& ctx, bool chat, const std::vector<SampledToken>& lps,
@@ -87,10 +63,10 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
   }
   std::vector<std::vector<int32_t>> prompts;
   if (req.chat) {
-    prompts.push_back(chat_prompt(ctx, req));
+    prompts.push_back(chat_prompt_ids(ctx.engine.tokenizer(), ctx.chat_template, req.chat_prompt));
   } else {
     for (const std::string& t : req.text_prompts)
-      prompts.push_back(ctx.engine.tokenizer().encode(t, true));
+      prompts.push_back(ctx.engine.tokenizer().encode(t, req.add_special_tokens));
     for (const auto& ids : req.id_prompts) prompts.push_back(ids);
   }
   const int64_t max_len = ctx.engine.engine().max_model_len();
@@ -113,6 +89,19 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
                             " tokens (" + std::to_string(len) + " in the prompt, " +
                             std::to_string(max_tokens) + " for the completion).",
                         req.chat ? "messages" : "prompt");
+    }
+    // The engine checks these too, but its InputError cannot name the field.
+    if (req.sampling.min_tokens > max_tokens) {
+      throw bad_request("min_tokens (" + std::to_string(req.sampling.min_tokens) +
+                            ") must not exceed max_tokens (" + std::to_string(max_tokens) + ")",
+                        "min_tokens");
+    }
+    if (req.sampling.priority != 0 &&
+        ctx.engine.engine().options().scheduling_policy != SchedulingPolicy::Priority) {
+      throw bad_request("priority " + std::to_string(req.sampling.priority) +
+                            " given, but priority scheduling is off (start the server with "
+                            "--scheduling-policy priority)",
+                        "priority");
     }
     sub.prompt_tokens.push_back(len);
     for (int c = 0; c < req.n; ++c) {

@@ -10,6 +10,7 @@
 #include "server/api_error.h"
 #include "server/generation.h"
 #include "server/protocol.h"
+#include "server/tokenize.h"
 
 namespace pagoda::server {
 
@@ -100,7 +101,8 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
     send_json(res, 200, {{"status", "ok"}});
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(impl_->metrics.render(engine_.stats()), "text/plain; version=0.0.4");
+    res.set_content(impl_->metrics.render(engine_.stats(), options_.served_model_name),
+                    "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", guarded(true, [this](const httplib::Request&, httplib::Response& res) {
              const Json model = {{"id", options_.served_model_name},
@@ -111,21 +113,7 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
              send_json(res, 200, {{"object", "list"}, {"data", Json::array({model})}});
            }));
   http.Post("/tokenize", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
-              const auto j = parse_json_object(req.body);
-              if (!j.contains("prompt") || !j["prompt"].is_string())
-                throw bad_request("prompt must be a string", "prompt");
-              bool add_special = true;
-              if (j.contains("add_special_tokens")) {
-                if (!j["add_special_tokens"].is_boolean())
-                  throw bad_request("add_special_tokens must be a boolean", "add_special_tokens");
-                add_special = j["add_special_tokens"].get<bool>();
-              }
-              const auto ids =
-                  engine_.tokenizer().encode(j["prompt"].get<std::string>(), add_special);
-              send_json(res, 200,
-                        {{"tokens", ids},
-                         {"count", ids.size()},
-                         {"max_model_len", engine_.engine().max_model_len()}});
+              send_json(res, 200, tokenize(*impl_->ctx, req.body));
             }));
   http.Post(
       "/detokenize", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {

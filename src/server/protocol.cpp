@@ -1,6 +1,8 @@
 #include "server/protocol.h"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -12,45 +14,71 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Stop strings: vLLM has no cap and clients send dozens, but every stop
+// string is searched after every generated token (StopChecker::find and
+// hold_back, the latter quadratic in a string's length at worst), so the
+// number, each length and the total are bounded far beyond real use.
+constexpr size_t kMaxStopStrings = 1024;
+constexpr size_t kMaxStopStringBytes = 1024;
+constexpr size_t kMaxStopTotalBytes = 64 * 1024;
+
+// The JSON integer as int64, or nullopt when it does not fit: nlohmann
+// holds integers above INT64_MAX as uint64, and reading one as int64 wraps
+// it (18446744073709551615 would become -1).
+std::optional<int64_t> as_int64(const Json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  return v.get<int64_t>();
+}
+
 class Reader {
  public:
-  explicit Reader(const Json& j) : j_(j) {}
+  explicit Reader(const Json& j, std::string prefix = "") : j_(j), prefix_(std::move(prefix)) {}
 
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
-  const Json& at(const char* key) const { return j_[key]; }
 
+  // A finite number in [lo, hi] (JSON cannot carry inf or NaN, and a
+  // literal too large for a double is refused by parse_json_object).
   void number(const char* key, float& out, double lo, double hi) const {
     if (!has(key)) return;
-    if (!j_[key].is_number()) throw bad_request(std::string(key) + " must be a number", key);
+    if (!j_[key].is_number()) throw error(key, "must be a number");
     const double v = j_[key].get<double>();
     if (!(v >= lo && v <= hi)) {
-      throw bad_request(std::string(key) + " must be in [" + fmt(lo) + ", " + fmt(hi) + "], got " +
-                            j_[key].dump(),
-                        key);
+      throw error(key, "must be in [" + fmt(lo) + ", " + fmt(hi) + "], got " + j_[key].dump());
     }
     out = static_cast<float>(v);
   }
-  void integer(const char* key, int& out, int64_t lo, int64_t hi) const {
+  void integer(const char* key, int64_t& out, int64_t lo, int64_t hi) const {
     if (!has(key)) return;
-    if (!j_[key].is_number_integer())
-      throw bad_request(std::string(key) + " must be an integer", key);
-    const auto v = j_[key].get<int64_t>();
-    if (v < lo || v > hi) {
-      throw bad_request(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "], got " + std::to_string(v),
-                        key);
+    if (!j_[key].is_number_integer()) throw error(key, "must be an integer");
+    const std::optional<int64_t> v = as_int64(j_[key]);
+    if (!v || *v < lo || *v > hi) {
+      throw error(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                           j_[key].dump());
     }
+    out = *v;
+  }
+  void integer(const char* key, int& out, int64_t lo, int64_t hi) const {
+    int64_t v = out;
+    integer(key, v, lo, hi);
     out = static_cast<int>(v);
   }
   void boolean(const char* key, bool& out) const {
     if (!has(key)) return;
-    if (!j_[key].is_boolean()) throw bad_request(std::string(key) + " must be true or false", key);
+    if (!j_[key].is_boolean()) throw error(key, "must be true or false");
     out = j_[key].get<bool>();
   }
   void string(const char* key, std::string& out) const {
     if (!has(key)) return;
-    if (!j_[key].is_string()) throw bad_request(std::string(key) + " must be a string", key);
+    if (!j_[key].is_string()) throw error(key, "must be a string");
     out = j_[key].get<std::string>();
+  }
+  ApiError error(const char* key, const std::string& what) const {
+    const std::string name = prefix_ + key;
+    return bad_request(name + " " + what, name);
   }
 
  private:
@@ -60,6 +88,7 @@ class Reader {
     return buf;
   }
   const Json& j_;
+  std::string prefix_;
 };
 
 std::vector<int32_t> token_list(const Json& j, const char* field) {
@@ -67,12 +96,95 @@ std::vector<int32_t> token_list(const Json& j, const char* field) {
   for (const auto& v : j) {
     if (!v.is_number_integer())
       throw bad_request(std::string(field) + " must hold only integers", field);
-    const auto id = v.get<int64_t>();
-    if (id < 0 || id > INT32_MAX)
-      throw bad_request("token id " + std::to_string(id) + " is out of range", field);
-    ids.push_back(static_cast<int32_t>(id));
+    const std::optional<int64_t> id = as_int64(v);
+    if (!id || *id < 0 || *id > INT32_MAX)
+      throw bad_request("token id " + v.dump() + " is out of range", field);
+    ids.push_back(static_cast<int32_t>(*id));
   }
   return ids;
+}
+
+void parse_stop(const Json& stop, std::vector<std::string>& out) {
+  if (stop.is_string()) {
+    if (stop.get<std::string>().empty()) throw bad_request("stop must not be empty", "stop");
+    out = {stop.get<std::string>()};
+  } else if (stop.is_array()) {
+    if (stop.size() > kMaxStopStrings) {
+      throw bad_request("stop holds " + std::to_string(stop.size()) + " strings; at most " +
+                            std::to_string(kMaxStopStrings) + " are allowed",
+                        "stop");
+    }
+    for (const auto& v : stop) {
+      if (!v.is_string() || v.get<std::string>().empty())
+        throw bad_request("stop must hold non-empty strings", "stop");
+      out.push_back(v.get<std::string>());
+    }
+  } else {
+    throw bad_request("stop must be a string or a list of strings", "stop");
+  }
+  size_t total = 0;
+  for (const std::string& s : out) {
+    if (s.size() > kMaxStopStringBytes) {
+      throw bad_request(
+          "a stop string may be at most " + std::to_string(kMaxStopStringBytes) + " bytes long",
+          "stop");
+    }
+    total += s.size();
+  }
+  if (total > kMaxStopTotalBytes) {
+    throw bad_request(
+        "the stop strings may total at most " + std::to_string(kMaxStopTotalBytes) + " bytes",
+        "stop");
+  }
+}
+
+// Fields of the OpenAI / vLLM APIs that would change what is generated but
+// that Pagoda does not implement: answering without them would silently
+// return something other than what was asked, so each non-default value is
+// a 400 naming the field. Defaults (null, {}, "text", ...) are accepted,
+// since clients often send them.
+void refuse_unimplemented(const Json& j, int n) {
+  const Reader f(j);
+  if (f.has("logit_bias")) {
+    if (!j["logit_bias"].is_object())
+      throw f.error("logit_bias", "must be an object mapping token ids to biases");
+    if (!j["logit_bias"].empty()) throw f.error("logit_bias", "is not supported yet");
+  }
+  if (f.has("best_of")) {
+    int64_t best_of = n;
+    f.integer("best_of", best_of, 1, INT32_MAX);
+    // best_of == n returns every candidate, which is plain sampling.
+    if (best_of != n) throw f.error("best_of", "is not supported (only best_of equal to n)");
+  }
+  if (f.has("response_format")) {
+    const Json& rf = j["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      throw f.error("response_format", "must be an object with a string type");
+    if (rf["type"] != "text")
+      throw f.error("response_format", "type " + rf["type"].dump() + " is not supported");
+  }
+  if (f.has("suffix")) {
+    if (!j["suffix"].is_string()) throw f.error("suffix", "must be a string");
+    if (!j["suffix"].get<std::string>().empty()) throw f.error("suffix", "is not supported");
+  }
+  if (f.has("use_beam_search")) {
+    bool beam = false;
+    f.boolean("use_beam_search", beam);
+    if (beam) throw f.error("use_beam_search", "is not supported");
+  }
+  // Constrained decoding (vLLM's guided_* and structured_outputs), prompt
+  // logprobs, and a template sent with the request (vLLM refuses one unless
+  // started with --trust-request-chat-template).
+  for (const char* key : {"prompt_logprobs", "guided_json", "guided_regex", "guided_choice",
+                          "guided_grammar", "structured_outputs", "chat_template"}) {
+    if (f.has(key)) throw f.error(key, "is not supported");
+  }
+  // "required" or a named function needs constrained decoding too.
+  if (f.has("tool_choice")) {
+    const Json& tc = j["tool_choice"];
+    if (!(tc == "none" || tc == "auto"))
+      throw f.error("tool_choice", "is not supported (only \"none\" or \"auto\")");
+  }
 }
 
 // Fields shared by both endpoints.
@@ -82,8 +194,9 @@ void parse_common(const Json& j, GenerationRequest& r) {
   f.string("model", r.model);
   if (f.has("max_tokens") || f.has("max_completion_tokens")) {
     int v = 0;
-    f.integer(f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", v, 1,
-              INT32_MAX);
+    // Both are checked, the newer name wins (OpenAI renamed max_tokens).
+    f.integer("max_tokens", v, 1, INT32_MAX);
+    f.integer("max_completion_tokens", v, 1, INT32_MAX);
     r.max_tokens = v;
   }
   f.number("temperature", s.temperature, 0, 100);
@@ -100,25 +213,13 @@ void parse_common(const Json& j, GenerationRequest& r) {
   f.boolean("skip_special_tokens", s.skip_special_tokens);
   f.boolean("stream", r.stream);
   if (f.has("seed")) {
-    if (!j["seed"].is_number_integer()) throw bad_request("seed must be an integer", "seed");
-    s.seed = static_cast<uint64_t>(j["seed"].get<int64_t>());
+    // vLLM's range; a negative seed is as good as any.
+    int64_t seed = 0;
+    f.integer("seed", seed, std::numeric_limits<int64_t>::min(),
+              std::numeric_limits<int64_t>::max());
+    s.seed = static_cast<uint64_t>(seed);
   }
-  if (f.has("stop")) {
-    const Json& stop = j["stop"];
-    if (stop.is_string()) {
-      s.stop = {stop.get<std::string>()};
-    } else if (stop.is_array() && stop.size() <= 16) {
-      for (const auto& v : stop) {
-        if (!v.is_string() || v.get<std::string>().empty())
-          throw bad_request("stop must hold non-empty strings", "stop");
-        s.stop.push_back(v.get<std::string>());
-      }
-    } else {
-      throw bad_request("stop must be a string or a list of at most 16 strings", "stop");
-    }
-    if (stop.is_string() && stop.get<std::string>().empty())
-      throw bad_request("stop must not be empty", "stop");
-  }
+  if (f.has("stop")) parse_stop(j["stop"], s.stop);
   if (f.has("stop_token_ids")) {
     if (!j["stop_token_ids"].is_array())
       throw bad_request("stop_token_ids must be a list of integers", "stop_token_ids");
@@ -127,22 +228,141 @@ void parse_common(const Json& j, GenerationRequest& r) {
   if (f.has("stream_options")) {
     const Json& so = j["stream_options"];
     if (!so.is_object()) throw bad_request("stream_options must be an object", "stream_options");
-    Reader(so).boolean("include_usage", r.include_usage);
+    Reader(so, "stream_options.").boolean("include_usage", r.include_usage);
+    // As vLLM: the options would otherwise be silently ignored ({} is no
+    // option at all).
+    if (!r.stream && !so.empty())
+      throw bad_request("stream_options is only allowed with stream: true", "stream_options");
   }
+  refuse_unimplemented(j, r.n);
 }
+
+// Names the field a parse error happened in, as a dotted path of object
+// keys ("stream_options.include_usage"): nlohmann's own error names only
+// the offending text.
+class KeyPathTracker {
+ public:
+  bool operator()(int depth, nlohmann::json::parse_event_t event, Json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key) {
+      // A key event's depth counts its enclosing object and every container
+      // around that: keys_[d] is the key open at depth d + 1.
+      keys_.resize(static_cast<size_t>(depth > 0 ? depth - 1 : 0));
+      keys_.push_back(parsed.get<std::string>());
+    }
+    return true;
+  }
+  std::string path() const {
+    std::string p;
+    for (const std::string& k : keys_) {
+      if (k.empty()) continue;  // an array level
+      if (!p.empty()) p += '.';
+      p += k;
+    }
+    return p;
+  }
+
+ private:
+  std::vector<std::string> keys_;
+};
 
 }  // namespace
 
 Json parse_json_object(const std::string& body) {
   if (utf8::lossy(body) != body) throw bad_request("the body is not valid UTF-8");
   Json j;
+  KeyPathTracker keys;
   try {
-    j = Json::parse(body);
+    j = Json::parse(body, std::ref(keys));
   } catch (const Json::parse_error& e) {
     throw bad_request(std::string("the body is not valid JSON: ") + e.what());
+  } catch (const Json::out_of_range& e) {
+    // A number beyond a double's range (1e400): strtod gives inf, which
+    // nlohmann refuses (406 "number overflow").
+    const std::string field = keys.path();
+    throw bad_request((field.empty() ? std::string("a number") : field) +
+                          " is too large for a number: " + e.what(),
+                      field);
   }
   if (!j.is_object()) throw bad_request("the body must be a JSON object");
   return j;
+}
+
+ChatPrompt parse_chat_prompt(const Json& j) {
+  ChatPrompt p;
+  if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty()) {
+    throw bad_request("messages must be a non-empty list", "messages");
+  }
+  for (const auto& m : j["messages"]) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      throw bad_request("every message needs a string role", "messages");
+    }
+    if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
+        !m["content"].is_array()) {
+      throw bad_request("message content must be a string or a list of parts", "messages");
+    }
+  }
+  p.messages = j["messages"];
+  // Content given as a list of {"type": "text", "text": ...} parts is joined.
+  for (auto& m : p.messages) {
+    if (m.contains("content") && m["content"].is_array()) {
+      std::string text;
+      for (const auto& part : m["content"]) {
+        // (value("type", "") would throw, a 500, for a non-string type.)
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+            !part.contains("text") || !part["text"].is_string()) {
+          throw bad_request("only text content parts are supported", "messages");
+        }
+        text += part["text"].get<std::string>();
+      }
+      m["content"] = text;
+    }
+  }
+  if (j.contains("tools") && !j["tools"].is_null()) {
+    if (!j["tools"].is_array()) throw bad_request("tools must be a list", "tools");
+    p.tools = j["tools"];
+  }
+  const Reader f(j);
+  f.boolean("add_generation_prompt", p.add_generation_prompt);
+  f.boolean("continue_final_message", p.continue_final_message);
+  f.boolean("add_special_tokens", p.add_special_tokens);
+  // vLLM refuses both: a prompt cannot open the assistant's next turn and
+  // leave the last message open at once.
+  if (p.continue_final_message && p.add_generation_prompt) {
+    throw bad_request(
+        "continue_final_message and add_generation_prompt cannot both be true (set "
+        "add_generation_prompt to false)",
+        "continue_final_message");
+  }
+  if (f.has("chat_template_kwargs")) {
+    if (!j["chat_template_kwargs"].is_object()) {
+      throw bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
+    }
+    p.chat_template_kwargs = j["chat_template_kwargs"];
+  }
+  return p;
+}
+
+TokenizeRequest parse_tokenize_request(const std::string& body) {
+  const Json j = parse_json_object(body);
+  TokenizeRequest r;
+  const Reader f(j);
+  f.string("model", r.model);
+  f.boolean("return_token_strs", r.return_token_strs);
+  const bool has_prompt = j.contains("prompt");
+  const bool has_messages = j.contains("messages");
+  if (has_prompt && has_messages)
+    throw bad_request("give either prompt or messages, not both", "messages");
+  if (has_messages) {
+    r.chat = true;
+    r.chat_prompt = parse_chat_prompt(j);
+    if (f.has("chat_template")) throw f.error("chat_template", "is not supported");
+    return r;
+  }
+  if (!has_prompt || !j["prompt"].is_string())
+    throw bad_request("prompt must be a string (or give messages)", "prompt");
+  r.prompt = j["prompt"].get<std::string>();
+  f.boolean("add_special_tokens", r.add_special_tokens);
+  return r;
 }
 
 GenerationRequest parse_completion_request(const std::string& body) {
@@ -174,6 +394,7 @@ GenerationRequest parse_completion_request(const std::string& body) {
     throw bad_request("at most 64 prompts per request", "prompt");
   const Reader f(j);
   f.boolean("echo", r.echo);
+  f.boolean("add_special_tokens", r.add_special_tokens);
   if (f.has("logprobs")) {
     if (j["logprobs"].is_boolean()) {
       r.top_logprobs = j["logprobs"].get<bool>() ? 0 : -1;
@@ -189,51 +410,16 @@ GenerationRequest parse_chat_request(const std::string& body) {
   GenerationRequest r;
   r.chat = true;
   parse_common(j, r);
-  if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty()) {
-    throw bad_request("messages must be a non-empty list", "messages");
-  }
-  for (const auto& m : j["messages"]) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      throw bad_request("every message needs a string role", "messages");
-    }
-    if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
-        !m["content"].is_array()) {
-      throw bad_request("message content must be a string or a list of parts", "messages");
-    }
-  }
-  r.messages = j["messages"];
-  // Content given as a list of {"type": "text", "text": ...} parts is joined.
-  for (auto& m : r.messages) {
-    if (m.contains("content") && m["content"].is_array()) {
-      std::string text;
-      for (const auto& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-          throw bad_request("only text content parts are supported", "messages");
-        }
-        text += part["text"].get<std::string>();
-      }
-      m["content"] = text;
-    }
-  }
-  if (j.contains("tools") && !j["tools"].is_null()) {
-    if (!j["tools"].is_array()) throw bad_request("tools must be a list", "tools");
-    r.tools = j["tools"];
-  }
+  r.chat_prompt = parse_chat_prompt(j);
   const Reader f(j);
-  f.boolean("add_generation_prompt", r.add_generation_prompt);
-  if (f.has("chat_template_kwargs")) {
-    if (!j["chat_template_kwargs"].is_object()) {
-      throw bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
-    }
-    r.chat_template_kwargs = j["chat_template_kwargs"];
-  }
   bool logprobs = false;
   f.boolean("logprobs", logprobs);
-  if (logprobs) {
-    r.top_logprobs = 0;
-    f.integer("top_logprobs", r.top_logprobs, 0, 20);
-  }
+  int top = 0;
+  f.integer("top_logprobs", top, 0, 20);
+  // As vLLM: top_logprobs > 0 alone would be silently ignored (0, which
+  // some clients send by default, asks for nothing).
+  if (top > 0 && !logprobs) throw f.error("top_logprobs", "needs logprobs: true");
+  if (logprobs) r.top_logprobs = top;
   return r;
 }
 

@@ -100,6 +100,8 @@ TEST(Generate, ChunkedPrefillAndTinyPoolGiveSameTokens) {
     preemptions += outputs[i].metrics.num_preemptions;
   }
   EXPECT_GT(preemptions, 0);
+  // The engine-wide count (/metrics) is the sum of the requests' own.
+  EXPECT_EQ(llm.engine().stats().num_preemptions, preemptions);
   EXPECT_EQ(llm.engine().num_free_kv_blocks(), llm.engine().num_kv_blocks());
 }
 

@@ -194,7 +194,8 @@ test("bad input gets the right 4xx and a JSON error; the server still works", as
     ["/v1/completions", JSON.stringify({ prompt: "hi", temperature: -1 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", top_p: 0 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", n: 0 }), 400],
-    ["/v1/completions", JSON.stringify({ prompt: "hi", priority: 3 }), 400],  // fcfs server
+    ["/v1/completions", JSON.stringify({ prompt: "hi", priority: 3 }), 400, "priority"],  // fcfs server
+    ["/v1/completions", JSON.stringify({ prompt: "hi", max_tokens: 4, min_tokens: 5 }), 400, "min_tokens"],
     ["/v1/completions", JSON.stringify({ prompt: "hi", priority: 1.5 }), 400],
     ["/v1/completions", JSON.stringify({ prompt: "hi", model: "gpt-4" }), 404],
     ["/v1/completions", JSON.stringify({ prompt: "once ".repeat(600) }), 400],
@@ -208,13 +209,31 @@ test("bad input gets the right 4xx and a JSON error; the server still works", as
     ["/tokenize", JSON.stringify({ prompt: 3 }), 400],
     ["/detokenize", JSON.stringify({ tokens: [-1] }), 400],
     ["/v1/nothing-here", "{}", 404],
+    // Issue 24, 4.7: each a 400 naming the field, not a 500 or a silent accept.
+    ["/v1/completions", '{"prompt": "hi", "temperature": 1e400}', 400, "temperature"],
+    ["/v1/completions", '{"prompt": "hi", "max_tokens": 1e400}', 400, "max_tokens"],
+    ["/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "stream": true, "stream_options": {"include_usage": -1e999}}', 400, "stream_options.include_usage"],
+    ["/v1/completions", '{"prompt": "hi", "top_k": 18446744073709551615}', 400, "top_k"],
+    ["/v1/completions", '{"prompt": "hi", "seed": 18446744073709551615}', 400, "seed"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", logit_bias: "x" }), 400, "logit_bias"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", logit_bias: { 5: 10 } }), 400, "logit_bias"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", best_of: 3 }), 400, "best_of"],
+    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "hi" }], response_format: { type: "json_object" } }), 400, "response_format"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", stop: Array(1025).fill("x") }), 400, "stop"],
   ];
-  for (const [path, body, status] of cases) {
+  for (const [path, body, status, param] of cases) {
     const r = await post(path, body);
     assert.equal(r.status, status, `${path} ${String(body).slice(0, 60)}`);
     const j = await r.json();
     assert.ok(j.error && typeof j.error.message === "string" && j.error.type, JSON.stringify(j));
+    if (param) assert.equal(j.error.param, param, JSON.stringify(j));
   }
+  // vLLM puts no cap on stop strings (this was 16); an empty logit_bias is
+  // no bias at all.
+  const stops = Array.from({ length: 200 }, (_, i) => `never-${i}`);
+  const many = await client.completions.create({ model: "stories", prompt: "Once upon a time", max_tokens: 4, temperature: 0,
+    stop: stops, logit_bias: {} });
+  assert.equal(many.usage.completion_tokens, 4);
   const ok = await client.completions.create({ model: "stories", prompt: "Once upon a time", max_tokens: 4, temperature: 0 });
   assert.equal(ok.usage.completion_tokens, 4);
 });
@@ -254,5 +273,44 @@ test("priority scheduling: the priority field is accepted and leaves greedy outp
     assert.equal(bad.status, 400);
   } finally {
     assert.equal((await stopServer(prio)).code, 0);
+  }
+});
+
+// Issue 24, 4.9: preemption is visible from outside, under Pagoda's name and
+// vLLM's (so vLLM dashboards work), and vLLM's names carry the same values.
+test("metrics: a tiny KV pool's preemptions show in /metrics, with vLLM's names", async () => {
+  // Room for about two 44-token sequences (as test_generate's tiny pool):
+  // eight at once must preempt.
+  const tiny = await startServer(["--block-size", "4", "--max-model-len", "64", "--kv-cache-memory", "204800"]);
+  try {
+    const c = new OpenAI({ baseURL: tiny.url + "/v1", apiKey: "none", maxRetries: 0 });
+    const value = (text, name) => {
+      const m = text.match(new RegExp("^" + name.replace(/[{}]/g, "\\$&") + " (\\S+)$", "m"));
+      assert.ok(m, `${name} missing from /metrics`);
+      return Number(m[1]);
+    };
+    const before = await (await fetch(tiny.url + "/metrics")).text();
+    const vllm = (n) => `vllm:${n}{model_name="stories",engine="0"}`;
+    assert.equal(value(before, "pagoda_num_preemptions_total"), 0);
+    assert.equal(value(before, vllm("num_preemptions_total")), 0);
+    const outs = await Promise.all(prompts.map((p) =>
+      c.completions.create({ model: "stories", prompt: p, max_tokens: 40, temperature: 0, ignore_eos: true })));
+    for (const o of outs) assert.equal(o.usage.completion_tokens, 40);
+    const after = await (await fetch(tiny.url + "/metrics")).text();
+    const preemptions = value(after, "pagoda_num_preemptions_total");
+    assert.ok(preemptions > 0, "no preemption counted:\n" + after);
+    assert.equal(value(after, vllm("num_preemptions_total")), preemptions);
+    assert.match(after, /^# TYPE vllm:num_preemptions_total counter$/m);
+    for (const [ours, theirs] of [["pagoda_prompt_tokens_total", "prompt_tokens_total"],
+      ["pagoda_generation_tokens_total", "generation_tokens_total"], ["pagoda_num_requests_running", "num_requests_running"],
+      ["pagoda_num_requests_waiting", "num_requests_waiting"], ["pagoda_kv_cache_usage_perc", "kv_cache_usage_perc"],
+      ["pagoda_prefix_cache_queries_total", "prefix_cache_queries_total"], ["pagoda_prefix_cache_hits_total", "prefix_cache_hits_total"]]) {
+      assert.equal(value(after, vllm(theirs)), value(after, ours), theirs);
+    }
+    assert.equal(value(after, vllm("generation_tokens_total")), 8 * 40);
+    assert.equal(value(after, `vllm:request_success_total{model_name="stories",engine="0",finished_reason="length"}`), 8);
+    assert.equal(value(after, vllm("time_to_first_token_seconds_count")), 8);
+  } finally {
+    assert.equal((await stopServer(tiny)).code, 0);
   }
 });
