@@ -133,6 +133,8 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
     throw_input_error("block size must be >= 1, got {}", options.block_size);
   if (options.max_num_seqs < 1) throw_input_error("max_num_seqs must be >= 1");
   if (options.max_num_batched_tokens < 1) throw_input_error("max_num_batched_tokens must be >= 1");
+  if (options.max_num_scored_prompt_tokens < 1)
+    throw_input_error("max_num_scored_prompt_tokens must be >= 1");
   PAGODA_CHECK(comm_.rank() == 0, "LLMEngine on rank {} (workers call run_worker)", comm_.rank());
 
   model_ = load_shard(model_dir, options, comm_);
@@ -155,7 +157,7 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
                                          options.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.block_size,
-                      options.scheduling_policy},
+                      options.scheduling_policy, options.max_num_scored_prompt_tokens},
       *kv_);
   runner_ = std::make_unique<ModelRunner>(*model_, plan, num_blocks, kv_dtype_of(*model_, options),
                                           comm_);

@@ -29,6 +29,9 @@ struct EngineOptions {
   int num_threads = 0;        // 0 = all cores
   bool enable_prefix_caching = true;
   SchedulingPolicy scheduling_policy = SchedulingPolicy::Fcfs;
+  // Tokens per step for requests scoring their prompt (prompt_logprobs),
+  // each a logits row (SchedulerConfig::max_num_scored_prompt_tokens).
+  int32_t max_num_scored_prompt_tokens = 512;
   // Ranks the model is split over (one MPI process each, launched by
   // mpirun -np N); must equal the number of processes.
   int tensor_parallel_size = 1;

@@ -184,6 +184,41 @@ TEST(PromptLogprobs, OnlyScoringRequestsGetPromptRows) {
   while (engine.has_unfinished()) engine.step();
 }
 
+// Scoring requests share a per-step cap on their tokens (each is a logits
+// row): their prompts take more steps, other requests are not held back,
+// and the entries are the same.
+TEST(PromptLogprobs, ScoringCapBoundsTheRowsOfAStep) {
+  EngineOptions o;
+  o.max_num_scored_prompt_tokens = 5;
+  LLM llm(test::kDemoModel, o);
+  LLMEngine& engine = llm.engine();
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& p : kPrompts) prompts.push_back(llm.encode(p));
+  engine.add_request("plain", prompts[0], greedy(3));
+  for (size_t i = 0; i < prompts.size(); ++i)
+    engine.add_request("scored" + std::to_string(i), prompts[i], scoring(3, 2));
+  std::vector<RequestOutput> finished;
+  bool first_step = true;
+  while (engine.has_unfinished()) {
+    for (RequestOutput& out : engine.step()) {
+      if (out.finished) finished.push_back(std::move(out));
+    }
+    const BatchMetadata& b = engine.last_batch();
+    // At most 5 scored tokens (so at most 5 prompt rows) + one sampling row per sequence.
+    EXPECT_LE(b.logits_indices.size(), 5u + static_cast<size_t>(b.num_seqs()));
+    if (first_step) {  // the plain prompt is not held back by the cap
+      EXPECT_EQ(b.query_start_loc[1], static_cast<int32_t>(prompts[0].size()));
+      first_step = false;
+    }
+  }
+  ASSERT_EQ(finished.size(), prompts.size() + 1);
+  for (const RequestOutput& out : finished) {
+    if (out.request_id == "plain") continue;
+    const size_t i = std::stoul(out.request_id.substr(6));
+    expect_matches(out.prompt_logprobs.get(), reference_entries(prompts[i], 2), out.request_id);
+  }
+}
+
 TEST(PromptLogprobs, OneTokenPromptHasNoEntriesAndUnrequestedHasNone) {
   LLM llm(test::kDemoModel);
   const auto outs =
