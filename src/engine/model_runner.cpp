@@ -118,7 +118,9 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
     }
     b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.seq_lens.push_back(static_cast<int32_t>(end));
-    const auto batch_end = static_cast<int32_t>(b.token_ids.size());  // row of position end
+    // One past this request's last token in the flattened batch: position
+    // pos is token batch_end - (end - pos).
+    const auto batch_end = static_cast<int32_t>(b.token_ids.size());
     if (r.scoring_prompt()) {
       // Entry e comes from position e; entries are filled in order and a
       // prefix-cache hit never skips positions (Scheduler), so this chunk
@@ -126,6 +128,8 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
       const auto filled = static_cast<int64_t>(r.prompt_logprobs->size());
       PAGODA_CHECK(start <= filled, "request {} computes from {} with prompt logprobs up to {}",
                    r.request_id, start, filled);
+      // Positions [filled, to) still lack entries; the last prompt position
+      // predicts the first output token, which its sampling row handles.
       const int64_t from = filled;
       const int64_t to = std::min<int64_t>(end, static_cast<int64_t>(r.prompt_ids.size()) - 1);
       if (from < to) {
@@ -143,7 +147,6 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
       b.logits_indices.push_back(batch_end - 1);
     }
   }
-  rows->num_rows = b.logits_indices.size();
   logits_.resize(b.logits_indices.size() * vocab_size_);
   in_step_ = true;
   if (comm_.size() > 1) broadcast_step(kStep);

@@ -28,12 +28,10 @@ struct StepLogits {
     int64_t count = 0;
   };
   std::vector<PromptRows> prompt_rows;
-  size_t num_rows = 0;
   void clear() {
     sampling_requests.clear();
     sampling_rows.clear();
     prompt_rows.clear();
-    num_rows = 0;
   }
 };
 
