@@ -152,7 +152,12 @@ class DeepseekReference:
             raise ValueError(f"{model_dir}: architecture {arch!r} is not DeepSeek V3")
         self.bf16_kv, self.absorbed = bf16_kv, absorbed
         self.w, self.dtypes = self._load(model_dir)
-        self.round_for = {k for k, d in self.dtypes.items() if d == "BF16"} if bf16_activations else set()
+        # The engine decides routing in f32 (spec §3.1.4: the router's
+        # logits are fp32) and holds kv_b_proj's absorbed per-head matrices
+        # in f32, so their inputs are never rounded.
+        f32_in_engine = ("mlp.gate.weight", "self_attn.kv_b_proj.weight")
+        self.round_for = ({k for k, d in self.dtypes.items() if d == "BF16" and not k.endswith(f32_in_engine)}
+                          if bf16_activations else set())
         self.H = c["hidden_size"]
         self.nh = c["num_attention_heads"]
         self.nope, self.rope, self.vd = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]

@@ -102,12 +102,14 @@ void print_engine_summary(const LLMEngine& engine) {
   const int32_t blocks = engine.num_kv_blocks(), block_size = engine.options().block_size;
   std::fprintf(stderr,
                "pagoda: KV cache %s, %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu "
-               "layer group(s)), prefix caching %s, %d thread(s), %s kernels, weights %s\n",
+               "layer group(s)), prefix caching %s, %d thread(s), %s kernels, weights %s%s%s\n",
                std::string(kv_dtype_label(engine.kv_cache_dtype())).c_str(), blocks, block_size,
                static_cast<long long>(blocks) * block_size,
                static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
                engine.kv_cache().groups().size(), engine.kv_cache().prefix_caching() ? "on" : "off",
-               num_threads(), ops::isa_name(ops::current_isa()), weights_summary(engine).c_str());
+               num_threads(), ops::isa_name(ops::current_isa()), weights_summary(engine).c_str(),
+               engine.model().load_notes().empty() ? "" : ", ",
+               engine.model().load_notes().c_str());
 }
 
 }  // namespace pagoda::cli

@@ -84,6 +84,8 @@ nlohmann::json output_json(const RequestOutput& out, const std::string& prompt,
                       {"metrics",
                        {{"prompt_tokens", out.metrics.num_prompt_tokens},
                         {"output_tokens", out.metrics.num_output_tokens},
+                        {"cached_tokens", out.metrics.num_cached_tokens},
+                        {"preemptions", out.metrics.num_preemptions},
                         {"time_to_first_token_s", out.metrics.time_to_first_token_s},
                         {"time_per_output_token_s", out.metrics.time_per_output_token_s},
                         {"e2e_latency_s", out.metrics.e2e_latency_s}}}};
@@ -128,7 +130,11 @@ int run_generate(GenerateArgs& a) {
                                         ? prompts[i].text
                                         : llm.tokenizer().decode(prompts[i].token_ids);
     if (a.json) {
-      std::cout << output_json(outputs[i], prompt_text, llm.tokenizer()).dump() << "\n";
+      // Text decoded from arbitrary token ids may end inside a UTF-8
+      // sequence: invalid bytes become U+FFFD rather than an exception.
+      std::cout << output_json(outputs[i], prompt_text, llm.tokenizer())
+                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                << "\n";
     } else {
       std::cout << prompt_text << outputs[i].text << "\n";
       if (i + 1 < outputs.size()) std::cout << "\n";

@@ -43,13 +43,32 @@ void parse_rope(const JsonFields& f, ModelConfig& c) {
   r.string(type_key, s.type);
   if (v5) r.number("rope_theta", c.rope_theta, /*positive=*/true);
   if (s.type == "default") return;
-  if (s.type != "linear" && s.type != "llama3") {
-    throw_input_error("{}: {}.{} '{}' is not supported (supported: default, linear, llama3)",
-                      f.file(), key, type_key, s.type);
+  if (s.type != "linear" && s.type != "llama3" && !s.is_yarn()) {
+    throw_input_error(
+        "{}: {}.{} '{}' is not supported (supported: default, linear, llama3, yarn, "
+        "deepseek_yarn)",
+        f.file(), key, type_key, s.type);
   }
   // Like transformers' rope validation: the scaling parameters are required.
   if (!r.has("factor")) r.missing("factor");
   r.number("factor", s.factor, /*positive=*/true);
+  if (s.is_yarn()) {
+    // transformers' defaults: beta 32 / 1, mscale 1, no mscale_all_dim, the
+    // original context = max_position_embeddings when not given.
+    r.number("beta_fast", s.beta_fast, /*positive=*/true);
+    r.number("beta_slow", s.beta_slow, /*positive=*/true);
+    r.number("mscale", s.mscale);
+    r.number("mscale_all_dim", s.mscale_all_dim);
+    r.number("attention_factor", s.attention_factor, /*positive=*/true);
+    s.original_max_position_embeddings = c.max_position_embeddings;
+    r.positive_int("original_max_position_embeddings", s.original_max_position_embeddings);
+    if (s.original_max_position_embeddings <= 0) r.missing("original_max_position_embeddings");
+    if (!(s.beta_fast > s.beta_slow)) {
+      throw_input_error("{}: {}.beta_fast ({}) must exceed beta_slow ({})", f.file(), key,
+                        s.beta_fast, s.beta_slow);
+    }
+    return;
+  }
   if (s.type == "llama3") {
     for (const char* k : {"low_freq_factor", "high_freq_factor"}) {
       if (!r.has(k)) r.missing(k);
@@ -63,6 +82,50 @@ void parse_rope(const JsonFields& f, ModelConfig& c) {
       throw_input_error("{}: {}.high_freq_factor ({}) must exceed low_freq_factor ({})", f.file(),
                         key, s.high_freq_factor, s.low_freq_factor);
     }
+  }
+}
+
+// quantization_config: refuses every format the loader cannot read, so a
+// GPTQ/AWQ/per-tensor-FP8 checkpoint stops here with its name instead of on
+// a missing tensor later.
+void parse_quantization(const JsonFields& f, ModelConfig& c) {
+  constexpr const char* kKey = "quantization_config";
+  if (!f.has(kKey)) return;
+  if (!f.at(kKey).is_object()) f.fail(kKey, "an object or null");
+  const JsonFields q(f.at(kKey), f.file(), std::string(kKey) + ".");
+  CheckpointQuantization& out = c.quantization;
+  if (!q.has("quant_method")) q.missing("quant_method");
+  q.string("quant_method", out.method);
+  if (out.method != "fp8") {
+    throw_input_error(
+        "{}: {}.quant_method '{}' is not supported (supported: fp8, the block-scaled e4m3 "
+        "weights DeepSeek publishes)",
+        f.file(), kKey, out.method);
+  }
+  out.fmt = "e4m3";
+  q.string("fmt", out.fmt);
+  if (out.fmt != "e4m3") {
+    throw_input_error("{}: {}.fmt '{}' is not supported (supported: e4m3)", f.file(), kKey,
+                      out.fmt);
+  }
+  out.activation_scheme = "dynamic";
+  q.string("activation_scheme", out.activation_scheme);
+  if (out.activation_scheme != "dynamic") {
+    throw_input_error(
+        "{}: {}.activation_scheme '{}' is not supported (supported: dynamic; activations stay "
+        "f32)",
+        f.file(), kKey, out.activation_scheme);
+  }
+  if (!q.has("weight_block_size")) q.missing("weight_block_size");
+  const nlohmann::json& b = q.at("weight_block_size");
+  if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer())
+    q.fail("weight_block_size", "a list of two integers");
+  out.weight_block_size = {b[0].get<int64_t>(), b[1].get<int64_t>()};
+  if (out.weight_block_size != std::vector<int64_t>{128, 128}) {
+    throw_input_error(
+        "{}: {}.weight_block_size [{}, {}] is not supported (the FP8 kernels use 128 x 128 "
+        "blocks)",
+        f.file(), kKey, out.weight_block_size[0], out.weight_block_size[1]);
   }
 }
 
@@ -173,6 +236,7 @@ ModelConfig load_model_config(const std::string& dir) {
   f.token_id("bos_token_id", c.bos_token_id);
   f.token_ids("eos_token_id", c.eos_token_ids);
   parse_sliding_window(f, c);
+  parse_quantization(f, c);
 
   // generation_config.json is what HF generate() uses; its ids win.
   const std::filesystem::path gen_path = std::filesystem::path(dir) / "generation_config.json";

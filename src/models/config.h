@@ -10,11 +10,31 @@
 namespace pagoda {
 
 struct RopeScaling {
-  std::string type = "default";  // "default" | "linear" | "llama3"
+  // "default" | "linear" | "llama3" | "yarn" | "deepseek_yarn" (the latter
+  // two are the same YaRN; DeepSeek's configs name it either way).
+  std::string type = "default";
   double factor = 1.0;
   double low_freq_factor = 1.0;                  // llama3
   double high_freq_factor = 4.0;                 // llama3
-  int64_t original_max_position_embeddings = 0;  // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn (default: max_position_embeddings)
+  double beta_fast = 32.0;                       // yarn: correction range, in rotations
+  double beta_slow = 1.0;
+  double mscale = 1.0;          // yarn: cos/sin magnitude, see models/rope.h
+  double mscale_all_dim = 0.0;  // yarn: 0 = unset
+  double attention_factor = 0.0;  // yarn: explicit cos/sin factor (0 = derive from mscale)
+
+  bool is_yarn() const { return type == "yarn" || type == "deepseek_yarn"; }
+};
+
+// config.json's quantization_config: how the checkpoint's own weights are
+// stored. Only DeepSeek's FP8 format is accepted: quant_method "fp8", fmt
+// "e4m3", dynamic activations, 128 x 128 weight blocks (F8_E4M3 weights
+// with per-block scales, loaded by WeightStore::matrix).
+struct CheckpointQuantization {
+  std::string method;  // "" (none) or "fp8"
+  std::string fmt;
+  std::string activation_scheme;
+  std::vector<int64_t> weight_block_size;
 };
 
 struct ModelConfig {
@@ -36,6 +56,7 @@ struct ModelConfig {
   bool mlp_bias = false;
   std::string hidden_act = "silu";
   std::string torch_dtype;  // informational
+  CheckpointQuantization quantization;
   // Sliding-window attention: per-layer window in tokens, 0 = full attention.
   // Filled from `layer_types` or Qwen2-style sliding_window/max_window_layers.
   std::vector<int64_t> layer_sliding_window;

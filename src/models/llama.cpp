@@ -125,6 +125,12 @@ class LlamaModel final : public CausalLM {
         options_(options),
         vocab_(weights_, comm, config.vocab_size, config.hidden_size, "model.embed_tokens.weight",
                config.tie_word_embeddings ? "" : "lm_head.weight") {
+    // YaRN also scales cos and sin (rope_attention_factor), which this
+    // model's fused RoPE does not: refuse rather than compute wrong logits.
+    if (config_.rope_scaling.is_yarn()) {
+      throw_input_error("rope_scaling type '{}' is supported for DeepSeek models only, not {}",
+                        config_.rope_scaling.type, config_.architecture);
+    }
     load(variant);
     inv_freq_ =
         rope_inv_freq(config_.rope_scaling, config_.rope_theta, static_cast<int>(config_.head_dim));

@@ -70,6 +70,9 @@ class CausalLM {
   // Whether the linear matrices (bf16 or int8) were repacked into GEMM
   // panels at load (ops/packed.h).
   virtual bool repacked_weights() const { return false; }
+  // Anything about the load a user should see in the start-up line (e.g.
+  // layers loaded but not run); "" for nothing.
+  virtual std::string load_notes() const { return ""; }
 };
 
 // Builds the model for DIR from config.json's architectures[0] (registry.cpp).

@@ -47,7 +47,7 @@ ops::Matrix repack_int8(const ops::Matrix& q, void* out) {
 }
 
 ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out) {
-  PAGODA_CHECK(src.dtype == DType::F32 || src.dtype == DType::BF16,
+  PAGODA_CHECK(src.dtype == DType::F32 || src.dtype == DType::BF16 || src.dtype == DType::F8E4M3,
                "quantize_matrix_int8: {} weights", dtype_name(src.dtype));
   if (src.cols > ops::kMaxInt8Cols) {
     throw_input_error("--quantization int8: weight rows of {} values are longer than {}", src.cols,
@@ -59,15 +59,20 @@ ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out) {
   auto* scales = reinterpret_cast<float*>(base + align64(static_cast<size_t>(rows * cols)));
   auto* sums = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(scales) +
                                           align64(static_cast<size_t>(rows) * sizeof(float)));
-  // Chunks of rows per thread; a bf16 row is widened into a per-thread
-  // buffer first (nested quantize_rows_i8 runs on the calling thread).
+  // Chunks of rows per thread; a bf16 or FP8 row is widened into a
+  // per-thread buffer first (nested quantize_rows_i8 runs on the calling
+  // thread). FP8 rows are dequantised to exactly the values the FP8 kernel
+  // uses, then requantised per row like any float row.
   const int64_t rows_per_chunk = std::max<int64_t>(1, 65536 / std::max<int64_t>(cols, 1));
   parallel_for(rows, rows_per_chunk, [&](int64_t r0, int64_t r1) {
     std::vector<float> row;
-    if (src.dtype == DType::BF16) row.resize(static_cast<size_t>(cols));
+    if (src.dtype != DType::F32) row.resize(static_cast<size_t>(cols));
     for (int64_t r = r0; r < r1; ++r) {
       const float* x;
-      if (src.dtype == DType::BF16) {
+      if (src.dtype == DType::F8E4M3) {
+        ops::dequantize_fp8_row(src, r, 0, cols, row.data());
+        x = row.data();
+      } else if (src.dtype == DType::BF16) {
         const auto* h = static_cast<const bf16_t*>(src.data) + r * cols;
         for (int64_t c = 0; c < cols; ++c) row[c] = bf16_to_f32(h[c]);
         x = row.data();
@@ -88,6 +93,10 @@ int64_t matrix_bytes(const ops::Matrix& m) {
   if (m.dtype == DType::I8)
     return static_cast<int64_t>(int8_matrix_bytes(m.rows, m.cols, m.packed));
   if (m.packed) return static_cast<int64_t>(ops::packed_bytes(m.rows, m.cols, DType::BF16));
+  if (m.dtype == DType::F8E4M3) {
+    return m.rows * m.cols +
+           ops::fp8_scale_rows(m.rows) * ops::fp8_scale_cols(m.cols) * int64_t{sizeof(float)};
+  }
   return m.rows * m.cols * static_cast<int64_t>(dtype_size(m.dtype));
 }
 

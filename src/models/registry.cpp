@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/deepseek_v3.h"
 #include "models/llama.h"
 #include "models/model.h"
 
@@ -19,6 +20,10 @@ using Factory =
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> kRegistry = {
+      {"DeepseekV3ForCausalLM",
+       [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
+         return make_deepseek_v3(c, std::move(ckpt), comm, q);
+       }},
       {"LlamaForCausalLM",
        [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_llama_family(c, std::move(ckpt), {}, comm, q);

@@ -57,7 +57,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
   const auto dtype = e.find("dtype");
   if (dtype == e.end() || !dtype->is_string()) fail("missing dtype (a string such as \"F32\")");
   if (!dtype_from_name(dtype->get_ref<const std::string&>(), &t.dtype)) {
-    fail(fmt::format("unsupported dtype {} (supported: F32, BF16, F16, I8, U8, I32, I64)",
+    fail(fmt::format("unsupported dtype {} (supported: F32, BF16, F16, I8, U8, I32, I64, F8_E4M3, F8_E8M0)",
                      dtype->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   }
 

@@ -3,7 +3,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "models/quantize.h"
@@ -37,6 +41,9 @@ void to_f32(const void* data, DType dtype, int64_t n, float* out) {
         out[i] = f16_to_f32(h);
         break;
       }
+      case DType::F8E8M0:  // FP8 block scales (DeepSeek V4): exact powers of two
+        out[i] = f8e8m0_to_f32(bytes[i]);
+        break;
       default:
         throw InternalError("to_f32: not a float dtype");
     }
@@ -74,6 +81,18 @@ void check_range(const TensorInfo& t, int64_t n, int64_t begin, int64_t count) {
                begin + count, t.name, n);
 }
 
+std::string shape_str(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// Whether [begin, begin + count) of n rows (or columns) of an FP8 matrix
+// is whole 128-blocks: the slice then keeps the source's block grid.
+bool fp8_block_aligned(int64_t begin, int64_t count, int64_t n) {
+  return begin % ops::kFp8Block == 0 && (count % ops::kFp8Block == 0 || begin + count == n);
+}
+
+int64_t fp8_block_end(int64_t end) { return (end + ops::kFp8Block - 1) / ops::kFp8Block; }
+
 }  // namespace
 
 void* WeightStore::own(size_t bytes) {
@@ -83,8 +102,93 @@ void* WeightStore::own(size_t bytes) {
   return owned_.back().data.get();
 }
 
+const TensorInfo& WeightStore::weight_tensor(const std::string& name, int64_t rows,
+                                             int64_t cols) const {
+  const TensorInfo& t = checkpoint_.get(name);
+  if (t.dtype != DType::F8E4M3) return checkpoint_.get(name, {rows, cols});
+  const std::vector<int64_t> want{rows, cols};
+  if (t.shape != want) {
+    throw_input_error("checkpoint {}: tensor '{}' has shape {}, expected {}", checkpoint_.dir(),
+                      name, shape_str(t.shape), shape_str(want));
+  }
+  return t;
+}
+
+std::string WeightStore::fp8_scales_name(const std::string& name) const {
+  if (checkpoint_.has(name + "_scale_inv")) return name + "_scale_inv";
+  constexpr std::string_view kWeight = ".weight";
+  if (name.size() > kWeight.size() && name.ends_with(kWeight)) {
+    std::string scale = name.substr(0, name.size() - kWeight.size()) + ".scale";
+    if (checkpoint_.has(scale)) return scale;
+  }
+  return "";
+}
+
+const float* WeightStore::fp8_scales(const TensorInfo& t, int64_t rows, int64_t cols, int64_t r0,
+                                     int64_t r1, int64_t c0, int64_t c1) {
+  const std::string& dir = checkpoint_.dir();
+  const std::string name = fp8_scales_name(t.name);
+  if (name.empty()) {
+    const bool v4_name = t.name.ends_with(".weight");
+    throw_input_error(
+        "checkpoint {}: FP8 tensor '{}' has no block scales (no tensor '{}_scale_inv'{})", dir,
+        t.name, t.name,
+        v4_name ? " or '" + t.name.substr(0, t.name.size() - 7) + ".scale'" : std::string());
+  }
+  const TensorInfo& s = checkpoint_.get(name);
+  if (s.dtype != DType::F32 && s.dtype != DType::BF16 && s.dtype != DType::F8E8M0) {
+    throw_input_error(
+        "checkpoint {}: block scales '{}' of FP8 tensor '{}' have dtype {}, expected F32, BF16 "
+        "or F8_E8M0",
+        dir, name, t.name, dtype_name(s.dtype));
+  }
+  const std::vector<int64_t> grid{ops::fp8_scale_rows(rows), ops::fp8_scale_cols(cols)};
+  if (s.shape != grid) {
+    throw_input_error(
+        "checkpoint {}: block scales '{}' have shape {}, expected {}: one per 128x128 block of "
+        "FP8 tensor '{}' {}",
+        dir, name, shape_str(s.shape), shape_str(grid), t.name, shape_str(t.shape));
+  }
+  if (r1 < 0) r1 = grid[0];
+  if (c1 < 0) c1 = grid[1];
+  const int64_t n = (r1 - r0) * (c1 - c0);
+  const float* out;
+  if (s.dtype == DType::F32 && aligned_for(s.data, DType::F32) && n == grid[0] * grid[1]) {
+    out = static_cast<const float*>(s.data);
+  } else {
+    auto* f = static_cast<float*>(own(static_cast<size_t>(n) * sizeof(float)));
+    const auto* bytes = static_cast<const uint8_t*>(s.data);
+    for (int64_t r = r0; r < r1; ++r) {
+      to_f32(bytes + (r * grid[1] + c0) * dtype_size(s.dtype), s.dtype, c1 - c0,
+             f + (r - r0) * (c1 - c0));
+    }
+    out = f;
+  }
+  // A NaN or infinite scale would turn its whole block into NaNs at run time.
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(out[i])) {
+      throw_input_error("checkpoint {}: block scales '{}' hold {} at block [{}, {}]", dir, name,
+                        out[i], r0 + i / (c1 - c0), c0 + i % (c1 - c0));
+    }
+  }
+  return out;
+}
+
+ops::Matrix WeightStore::dequantized_copy(const ops::Matrix& w, int64_t r0, int64_t r1, int64_t c0,
+                                          int64_t c1) {
+  const int64_t cols = c1 - c0;
+  auto* f = static_cast<float*>(own(static_cast<size_t>((r1 - r0) * cols) * sizeof(float)));
+  for (int64_t r = r0; r < r1; ++r) ops::dequantize_fp8_row(w, r, c0, c1, f + (r - r0) * cols);
+  return {f, DType::F32, r1 - r0, cols};
+}
+
 ops::Matrix WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols) {
-  const TensorInfo& t = checkpoint_.get(name, {rows, cols});
+  const TensorInfo& t = weight_tensor(name, rows, cols);
+  if (t.dtype == DType::F8E4M3) {
+    ops::Matrix m{t.data, DType::F8E4M3, rows, cols};
+    m.block_scales = fp8_scales(t, rows, cols);
+    return m;
+  }
   if ((t.dtype == DType::F32 || t.dtype == DType::BF16) && aligned_for(t.data, t.dtype)) {
     return {t.data, t.dtype, rows, cols};
   }
@@ -96,11 +200,27 @@ ops::Matrix WeightStore::matrix(const std::string& name, int64_t rows, int64_t c
 
 ops::Matrix WeightStore::row_slice(const std::string& name, int64_t rows, int64_t cols,
                                    int64_t begin, int64_t count) {
-  const TensorInfo& t = checkpoint_.get(name, {rows, cols});
+  const TensorInfo& t = weight_tensor(name, rows, cols);
   check_range(t, rows, begin, count);
   const size_t esize = dtype_size(t.dtype);
   const auto* first = static_cast<const uint8_t*>(t.data) + begin * cols * esize;
   if (begin == 0 && count == rows) return matrix(name, rows, cols);
+  if (t.dtype == DType::F8E4M3) {
+    ops::Matrix m;
+    if (fp8_block_aligned(begin, count, rows)) {
+      void* out = own(static_cast<size_t>(count * cols));
+      std::memcpy(out, first, static_cast<size_t>(count * cols));
+      m = {out, DType::F8E4M3, count, cols};
+      m.block_scales = fp8_scales(t, rows, cols, begin / ops::kFp8Block,
+                                  fp8_block_end(begin + count), 0, -1);
+    } else {
+      ops::Matrix whole{t.data, DType::F8E4M3, rows, cols};
+      whole.block_scales = fp8_scales(t, rows, cols);
+      m = dequantized_copy(whole, begin, begin + count, 0, cols);
+    }
+    release_pages(t);
+    return m;
+  }
   // A proper shard is copied and the tensor's pages dropped: read in place,
   // the kernel would map whole page-cache folios (often several hundred KiB)
   // around the shard's edges, and the other ranks' rows with them.
@@ -118,9 +238,27 @@ ops::Matrix WeightStore::row_slice(const std::string& name, int64_t rows, int64_
 
 ops::Matrix WeightStore::col_slice(const std::string& name, int64_t rows, int64_t cols,
                                    int64_t begin, int64_t count) {
-  const TensorInfo& t = checkpoint_.get(name, {rows, cols});
+  const TensorInfo& t = weight_tensor(name, rows, cols);
   check_range(t, cols, begin, count);
   if (begin == 0 && count == cols) return matrix(name, rows, cols);
+  if (t.dtype == DType::F8E4M3) {
+    ops::Matrix m;
+    if (fp8_block_aligned(begin, count, cols)) {
+      auto* out = static_cast<uint8_t*>(own(static_cast<size_t>(rows * count)));
+      const auto* in = static_cast<const uint8_t*>(t.data);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(out + r * count, in + r * cols + begin, static_cast<size_t>(count));
+      m = {out, DType::F8E4M3, rows, count};
+      m.block_scales = fp8_scales(t, rows, cols, 0, -1, begin / ops::kFp8Block,
+                                  fp8_block_end(begin + count));
+    } else {
+      ops::Matrix whole{t.data, DType::F8E4M3, rows, cols};
+      whole.block_scales = fp8_scales(t, rows, cols);
+      m = dequantized_copy(whole, 0, rows, begin, begin + count);
+    }
+    release_pages(t);
+    return m;
+  }
   const DType dtype = t.dtype == DType::BF16 ? DType::BF16 : DType::F32;
   const size_t in_size = dtype_size(t.dtype), out_size = dtype_size(dtype);
   auto* out = static_cast<uint8_t*>(own(static_cast<size_t>(rows * count) * out_size));
@@ -198,7 +336,10 @@ void WeightStore::drop(const ops::Matrix& source, bool still_used) {
     if (!still_used) *buffer = {};
     return;
   }
-  release_pages(source.data, static_cast<size_t>(matrix_bytes(source)));
+  // (FP8: the values; their block scales are a separate tensor.)
+  const int64_t bytes =
+      source.dtype == DType::F8E4M3 ? source.rows * source.cols : matrix_bytes(source);
+  release_pages(source.data, static_cast<size_t>(bytes));
 }
 
 size_t WeightStore::owned_bytes() const {

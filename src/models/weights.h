@@ -21,19 +21,33 @@ class WeightStore {
   explicit WeightStore(const Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
 
   // A [rows, cols] matrix; checks the tensor's shape.
+  // An F8_E4M3 tensor (DeepSeek's FP8 weights) comes back as an F8E4M3
+  // matrix, read in place, with its block scales (fp8_scales_name): F32
+  // (in place when aligned), BF16 or F8_E8M0 (converted to f32 once).
+  // A missing scale tensor, or one of the wrong dtype, shape
+  // [ceil(rows/128), ceil(cols/128)] or with non-finite values, is an
+  // InputError naming both tensors and the reason.
   ops::Matrix matrix(const std::string& name, int64_t rows, int64_t cols);
   // Rows [begin, begin + count) of a [rows, cols] matrix (a tensor-parallel
   // shard of a column-parallel layer): copied once (bf16 stays bf16) and the
   // tensor's pages dropped from this process; the whole matrix (tp = 1) is
   // used in place like matrix().
+  // FP8: a slice on 128-row block boundaries (count a multiple of 128, or
+  // running to the last row) stays FP8 with its scale rows; any other is
+  // dequantised to an f32 copy, which linear treats bit for bit as the FP8
+  // kernel would (ops.h), at 4 bytes a weight.
   ops::Matrix row_slice(const std::string& name, int64_t rows, int64_t cols, int64_t begin,
                         int64_t count);
   // Columns [begin, begin + count) of a [rows, cols] matrix (a shard of a
   // row-parallel layer): copied once into a buffer of rows x count; the
   // source pages are then dropped from this process (madvise), so a rank
-  // keeps only its shard resident.
+  // keeps only its shard resident. FP8 as row_slice, on 128-column blocks.
   ops::Matrix col_slice(const std::string& name, int64_t rows, int64_t cols, int64_t begin,
                         int64_t count);
+  // Where the block scales of FP8 weight `name` are: name + "_scale_inv"
+  // (DeepSeek V3: X.weight_scale_inv) if the checkpoint has it, else
+  // X.scale for a name X.weight (DeepSeek V4); "" if neither exists.
+  std::string fp8_scales_name(const std::string& name) const;
   // An int8 copy of a matrix this store returned (models/quantize.h), in
   // memory this store owns; the source is then dropped from the process:
   // an owned copy is freed (unless source_still_used, e.g. a tied
@@ -73,6 +87,17 @@ class WeightStore {
   void* own_aligned(size_t bytes);  // 64-byte aligned: vectors never straddle lines
   // Frees an owned source (unless still used) or releases its checkpoint pages.
   void drop(const ops::Matrix& source, bool still_used);
+  // The checked weight tensor `name` of shape [rows, cols]: F32/BF16/F16,
+  // or F8E4M3 (Checkpoint::get's float check does not know FP8).
+  const TensorInfo& weight_tensor(const std::string& name, int64_t rows, int64_t cols) const;
+  // The checked f32 block scales of FP8 tensor t ([rows, cols]); scale rows
+  // [r0, r1) and columns [c0, c1) of the scale grid only, copied, when a
+  // slice asks (r1 = c1 = -1: the whole grid, in place when possible).
+  const float* fp8_scales(const TensorInfo& t, int64_t rows, int64_t cols, int64_t r0 = 0,
+                          int64_t r1 = -1, int64_t c0 = 0, int64_t c1 = -1);
+  // An owned f32 copy of rows [r0, r1) x columns [c0, c1) of FP8 matrix w.
+  ops::Matrix dequantized_copy(const ops::Matrix& w, int64_t r0, int64_t r1, int64_t c0,
+                               int64_t c1);
 
   const Checkpoint& checkpoint_;
   struct OwnedBuffer {

@@ -13,11 +13,24 @@
 
 namespace pagoda::ops {
 
-// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16 or I8;
-// packed BF16 matrices (packed = true) use the panel layout of ops/packed.h.
+// FP8 block-scaled weights (DeepSeek V3's `weight` + `weight_scale_inv`):
+// one f32 scale per kFp8Block x kFp8Block block of the matrix, partial
+// blocks at the right and bottom edges.
+constexpr int64_t kFp8Block = 128;
+inline int64_t fp8_scale_rows(int64_t rows) { return (rows + kFp8Block - 1) / kFp8Block; }
+inline int64_t fp8_scale_cols(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block; }
+
+// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16, I8 or
+// F8E4M3; packed BF16 matrices (packed = true) use the panel layout of
+// ops/packed.h.
 // I8 (ops/quant.h): row r is q[r, :] * scales[r] (symmetric, per output
 // channel); row_sums[r] = sum_c q[r, c] lets the VNNI kernel use unsigned
 // activations (x + 128) and subtract 128 * row_sums[r].
+// F8E4M3: element (r, c) is f32(e4m3 byte) * block_scales[(r / 128) *
+// fp8_scale_cols(cols) + c / 128], that product rounded to f32 once (so an
+// FP8 linear equals, bit for bit, the F32 linear of that dequantised
+// matrix). The e4m3 NaN codes are not valid weights (the kernels read them
+// as 480).
 struct Matrix {
   const void* data = nullptr;
   DType dtype = DType::F32;
@@ -26,16 +39,28 @@ struct Matrix {
   const float* scales = nullptr;      // I8 only: [rows]
   const int32_t* row_sums = nullptr;  // I8 only: [rows]
   bool packed = false;                // BF16 only: ops/packed.h layout
+  // F8E4M3 only: [fp8_scale_rows(rows), fp8_scale_cols(cols)], row-major.
+  const float* block_scales = nullptr;
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr).
 // I8 weights: each row of x is quantized to int8 on the fly and the dot
 // products are exact integers (see ops/quant.h).
+// F8E4M3 weights are dequantised on the fly inside the kernel (1 byte per
+// weight read from memory; no wider copy exists): few rows of x convert
+// weights in registers, many rows dequantise a block of weight rows into a
+// per-thread f32 scratch and run the f32 GEMM tiles on it; both give the
+// F32 linear's bits on the dequantised matrix, whatever m.
 // x: [m, w.cols], y: [m, w.rows] with row stride ldy (0: w.rows; a larger
 // stride lets two linears fill the halves of one buffer, e.g. gate and up
 // projections read in place from the checkpoint); y must not alias x.
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y,
             int64_t ldy = 0);
+
+// Columns [c0, c1) of row `row` of an F8E4M3 matrix as f32: the values
+// linear computes with (ref::matrix_at's). For load-time conversions
+// (int8 requantisation, unaligned tensor-parallel slices), not hot paths.
+void dequantize_fp8_row(const Matrix& w, int64_t row, int64_t c0, int64_t c1, float* out);
 
 // Several linears of one input x (q/k/v, gate/up): x is prepared once (bf16
 // rounding) and one thread split covers all their output columns, so the
@@ -65,6 +90,38 @@ void add_rms_norm(float* residual, const float* x, const float* weight, int64_t 
 // alone (partial rotary). x: [num_tokens, num_heads, head_dim].
 void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
           const float* inv_freq, int rot_dim);
+
+// Rotary embedding of a slice of each head, in either pair layout (spec
+// §0.3): DeepSeek V3/V3.2 MLA rotates the last qk_rope_head_dim elements of
+// each q head and the k_pe vector interleaved (GPT-J), the V3.2 indexer the
+// first 64 half-split (NeoX); V4 also de-rotates attention outputs.
+enum class RopeLayout {
+  NeoX,         // pairs (i, i + rot_dim / 2), HF "rotate_half"
+  Interleaved,  // pairs (2i, 2i + 1), GPT-J / DeepSeek's official code
+};
+struct RopeParams {
+  int num_heads = 1;
+  int head_dim = 0;           // elements from one head to the next
+  int64_t token_stride = 0;   // elements from one token to the next; 0: num_heads * head_dim
+  int offset = 0;             // first rotated element within a head
+  int rot_dim = 0;            // rotated elements (even): [offset, offset + rot_dim)
+  RopeLayout layout = RopeLayout::NeoX;
+  bool inverse = false;       // rotate by -angle (the inverse rotation)
+};
+// For each token t and head h: the slice's pair i (per layout) rotated by
+// angle positions[t] * inv_freq[i] (inv_freq: rot_dim / 2 values; angles,
+// cos and sin in f32 as ops::rope forms them); elements outside the slice
+// are untouched. x: num_tokens rows of token_stride elements, heads at
+// multiples of head_dim.
+void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
+          const RopeParams& p);
+
+// y[i, :] = (x[i, :] - mean) / sqrt(var + eps) * weight + bias, with the
+// biased variance (mean of squared deviations) of the row of length n, as
+// torch.nn.LayerNorm (the V3.2 indexer's k_norm). bias may be null (zero);
+// y may alias x.
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y);
 
 // out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j] for j < inter;
 // gate_up: [m, 2 * inter] (gate then up), out: [m, inter].
@@ -150,6 +207,61 @@ struct AttentionBatch {
 void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
+
+// ---- MLA: attention over a paged latent cache (DeepSeek V2/V3) ---------
+// One layer's cache is one array [num_blocks, block_size, entry_dim] of
+// layout.dtype (F32, or BF16 with the rounding rules of KVLayout), with
+// entry_dim = kv_lora_rank + rope_dim: per token its normalised latent c_kv
+// (kv_lora_rank values) then its rotated k_pe (rope_dim values), shared by
+// every head. A token's slot is block_id * block_size + offset_in_block and
+// its entry starts at element slot * entry_dim (entries of a block are
+// adjacent, so a block is one run of memory).
+struct MLALayout {
+  int block_size = 16;
+  int kv_lora_rank = 0;
+  int rope_dim = 0;
+  DType dtype = DType::F32;  // F32 or BF16
+
+  int entry_dim() const { return kv_lora_rank + rope_dim; }
+  // Elements (of dtype) from the start of the cache to the entry of a slot.
+  int64_t entry_offset(int64_t slot) const { return slot * entry_dim(); }
+};
+
+// Stores each token's entry [latent ; k_pe] at its slot, converted to
+// layout.dtype. latent: [num_tokens] rows of kv_lora_rank values with row
+// stride latent_stride; k_pe: rows of rope_dim values with row stride
+// pe_stride (0 = the row length, i.e. dense). The strides let a model pass
+// its kv_a projection output [T, kv_lora_rank + rope_dim] in place (latent
+// = row start, k_pe = row start + kv_lora_rank, both strides entry_dim).
+// A negative slot means "do not store" (padding).
+void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_mapping,
+                  int64_t num_tokens, const MLALayout& layout, void* cache,
+                  int64_t latent_stride = 0, int64_t pe_stride = 0);
+
+// Absorbed-form MLA (MQA with one latent key per token): for query token t
+// and head h, with q_h = [q~_h = W_UK_h^T q_nope_h (kv_lora_rank) ; q_pe_h
+// (rope_dim)] and e_j = entry of key j,
+//   out[t, h, :] = sum_j softmax_j(scale * q_h . e_j) * e_j[0 : kv_lora_rank]
+// over the keys the token sees (AttentionBatch's causal rule; its
+// sliding_window must be 0). q: [num_tokens, num_heads, entry_dim]; out:
+// [num_tokens, num_heads, kv_lora_rank] (the latent output; the model then
+// applies W_UV per head). Math in f32 whatever the cache dtype. Each
+// (token, head) output is one fixed sequence of operations, whatever the
+// other tokens of the batch, the thread count or the tiling: a request
+// alone and in a batch give the same bits.
+// `strides` places q and out rows elsewhere than token-major: e.g. a
+// head-major out [num_heads, num_tokens, kv_lora_rank] (out_token =
+// kv_lora_rank, out_head = num_tokens * kv_lora_rank) makes each head's
+// latent outputs one contiguous [num_tokens, kv_lora_rank] matrix, so W_UV
+// runs as one ops::linear per head writing straight into o_proj's input
+// (its ldy = num_heads * v_head_dim). Rows must not overlap.
+struct MlaStrides {
+  int64_t q_token = 0, q_head = 0;      // elements; 0: num_heads * entry_dim, entry_dim
+  int64_t out_token = 0, out_head = 0;  // 0: num_heads * kv_lora_rank, kv_lora_rank
+};
+void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
+                         const AttentionBatch& batch, int num_heads, float scale, float* out,
+                         const MlaStrides& strides = {});
 
 // ---- Variant selection (tests run every variant the CPU supports) ---------
 // Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the

@@ -17,6 +17,11 @@ float matrix_at(const Matrix& w, int64_t row, int64_t col) {
     return bf16_to_f32(h);
   }
   if (w.dtype == DType::I8) return static_cast<const int8_t*>(w.data)[i] * w.scales[row];
+  if (w.dtype == DType::F8E4M3) {
+    const float scale =
+        w.block_scales[row / kFp8Block * fp8_scale_cols(w.cols) + col / kFp8Block];
+    return f8e4m3_to_f32(static_cast<const uint8_t*>(w.data)[i]) * scale;
+  }
   return static_cast<const float*>(w.data)[i];
 }
 
@@ -60,6 +65,44 @@ void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32
         v[i] = static_cast<float>(a * c - b * s);
         v[i + half] = static_cast<float>(b * c + a * s);
       }
+    }
+  }
+}
+
+void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
+          const RopeParams& p) {
+  const int half = p.rot_dim / 2;
+  const int64_t token_stride = p.token_stride ? p.token_stride : int64_t{p.num_heads} * p.head_dim;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int h = 0; h < p.num_heads; ++h) {
+      float* v = x + t * token_stride + int64_t{h} * p.head_dim + p.offset;
+      for (int i = 0; i < half; ++i) {
+        // The two elements pair i rotates, as the layouts define them.
+        const int a_at = p.layout == RopeLayout::Interleaved ? 2 * i : i;
+        const int b_at = p.layout == RopeLayout::Interleaved ? 2 * i + 1 : i + half;
+        const double angle = double{static_cast<float>(positions[t]) * inv_freq[i]};
+        const double c = std::cos(angle), s = p.inverse ? -std::sin(angle) : std::sin(angle);
+        const double a = v[a_at], b = v[b_at];
+        v[a_at] = static_cast<float>(a * c - b * s);
+        v[b_at] = static_cast<float>(b * c + a * s);
+      }
+    }
+  }
+}
+
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    double mean = 0;
+    for (int64_t j = 0; j < n; ++j) mean += x[i * n + j];
+    mean /= static_cast<double>(n);
+    double var = 0;
+    for (int64_t j = 0; j < n; ++j) var += (x[i * n + j] - mean) * (x[i * n + j] - mean);
+    var /= static_cast<double>(n);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t j = 0; j < n; ++j) {
+      y[i * n + j] =
+          static_cast<float>((x[i * n + j] - mean) * inv * weight[j] + (bias ? bias[j] : 0.0));
     }
   }
 }
@@ -158,6 +201,67 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
           double acc = 0;
           for (int64_t t = first_key; t <= last_key; ++t)
             acc += scores[t - first_key] * at(v_cache, t, d);
+          o[d] = static_cast<float>(acc / sum);
+        }
+      }
+    }
+  }
+}
+
+void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_mapping,
+                  int64_t num_tokens, const MLALayout& layout, void* cache, int64_t latent_stride,
+                  int64_t pe_stride) {
+  const int lora = layout.kv_lora_rank, rope = layout.rope_dim;
+  if (latent_stride == 0) latent_stride = lora;
+  if (pe_stride == 0) pe_stride = rope;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    if (slot_mapping[t] < 0) continue;
+    const int64_t to = layout.entry_offset(slot_mapping[t]);
+    for (int d = 0; d < lora; ++d)
+      kv_store(cache, layout.dtype, to + d, latent[t * latent_stride + d]);
+    for (int d = 0; d < rope; ++d)
+      kv_store(cache, layout.dtype, to + lora + d, k_pe[t * pe_stride + d]);
+  }
+}
+
+void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
+                         const AttentionBatch& batch, int num_heads, float scale, float* out,
+                         const MlaStrides& strides) {
+  const int lora = layout.kv_lora_rank, ed = layout.entry_dim();
+  const int64_t q_tok = strides.q_token ? strides.q_token : int64_t{num_heads} * ed;
+  const int64_t q_head = strides.q_head ? strides.q_head : ed;
+  const int64_t o_tok = strides.out_token ? strides.out_token : int64_t{num_heads} * lora;
+  const int64_t o_head = strides.out_head ? strides.out_head : lora;
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    const int64_t q_begin = batch.query_start_loc[s], q_end = batch.query_start_loc[s + 1];
+    const int64_t seq_len = batch.seq_lens[s], num_new = q_end - q_begin;
+    const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+    // The sequence's entries gathered in key order, as f32.
+    std::vector<float> keys(static_cast<size_t>(seq_len) * ed);
+    for (int64_t t = 0; t < seq_len; ++t) {
+      const int64_t slot =
+          int64_t{table[t / layout.block_size]} * layout.block_size + t % layout.block_size;
+      for (int d = 0; d < ed; ++d)
+        keys[t * ed + d] = kv_at(cache, layout.dtype, layout.entry_offset(slot) + d);
+    }
+    for (int64_t j = 0; j < num_new; ++j) {
+      const int64_t last_key = seq_len - num_new + j;  // inclusive
+      for (int h = 0; h < num_heads; ++h) {
+        const float* qv = q + (q_begin + j) * q_tok + h * q_head;
+        std::vector<double> p(last_key + 1);
+        double mx = -INFINITY;
+        for (int64_t t = 0; t <= last_key; ++t) {
+          double dot = 0;
+          for (int d = 0; d < ed; ++d) dot += double{qv[d]} * keys[t * ed + d];
+          p[t] = dot * scale;
+          mx = std::max(mx, p[t]);
+        }
+        double sum = 0;
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        float* o = out + (q_begin + j) * o_tok + h * o_head;
+        for (int d = 0; d < lora; ++d) {
+          double acc = 0;
+          for (int64_t t = 0; t <= last_key; ++t) acc += p[t] * keys[t * ed + d];
           o[d] = static_cast<float>(acc / sum);
         }
       }

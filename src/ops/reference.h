@@ -2,6 +2,7 @@
 // speed, and used by tests as the reference the fast kernels must match.
 #pragma once
 
+#include "ops/moe.h"
 #include "ops/ops.h"
 
 namespace pagoda::ops::ref {
@@ -13,6 +14,10 @@ void add_rms_norm(float* residual, const float* x, const float* weight, int64_t 
                   float eps, float* y);
 void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
           const float* inv_freq, int rot_dim);
+void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
+          const RopeParams& p);
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y);
 void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);
 void softmax(float* x, int64_t n);
 void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
@@ -21,8 +26,25 @@ void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64
 void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
+void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_mapping,
+                  int64_t num_tokens, const MLALayout& layout, void* cache,
+                  int64_t latent_stride = 0, int64_t pe_stride = 0);
+void mla_paged_attention(const float* q, const void* cache, const MLALayout& layout,
+                         const AttentionBatch& batch, int num_heads, float scale, float* out,
+                         const MlaStrides& strides = {});
 
-// Element (row, col) of a weight matrix as f32 (I8: q * scale).
+// MoE (moe_reference.cpp). Scores are computed with the same f32 formulas
+// as moe_route (1 / (1 + e^-z); softmax as max, exp, sum in index order,
+// divide), so that near-equal scores rank the same way; selection is by
+// sorting. The experts' forward runs token by token in topk order, in f64.
+void moe_route(const float* logits, int64_t num_tokens, const MoeRouting& routing,
+               int32_t* topk_ids, float* topk_weights);
+void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                         const float* topk_weights, int top_k, const MoeExpert* experts,
+                         int num_experts, float* out);
+
+// Element (row, col) of a weight matrix as f32 (I8: q * scale; F8E4M3:
+// f32(e4m3) * its block's scale, rounded once).
 float matrix_at(const Matrix& w, int64_t row, int64_t col);
 
 // Int8 (ops/quant.h, quant_reference.cpp): one row's quantization (returns

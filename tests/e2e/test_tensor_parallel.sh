@@ -65,6 +65,9 @@ check_model() {
   local dir=$tmp/$name
   if [[ ${gen_args[0]} == "--dir" ]]; then
     dir=${gen_args[1]}
+  elif [[ ${gen_args[0]} == "--deepseek" ]]; then
+    $py "$tools/make_deepseek_checkpoint.py" --out "$dir" "${gen_args[@]:1}" >/dev/null ||
+      { fail "$name: could not build the checkpoint"; return; }
   elif ! $py "$tools/make_tiny_checkpoint.py" --out "$dir" "${gen_args[@]}"; then
     fail "$name: could not build the checkpoint"; return
   fi
@@ -105,6 +108,10 @@ check_model qwen2-bias-tied 2 --arch qwen2 --heads 8 --kv-heads 2 --tied --seed 
 check_model qwen3-tp3-uneven-vocab 3 --arch qwen3 --heads 6 --kv-heads 1 --seed 15
 check_model qwen3-tp4-kv2-replicated 4 --arch qwen3 --heads 8 --kv-heads 2 --seed 16
 check_model stories260k-tcp 2 --dir "$src/models/stories260k" -- --mca btl tcp,self
+# DeepSeek V3: heads, the dense MLP, every expert and the shared experts
+# split, the latent cache replicated; FP8 shards off the 128-block grid.
+check_model deepseek-v3-f32 2 --deepseek --dtype f32 --seed 21
+check_model deepseek-v3-fp8 2 --deepseek --dtype bf16 --fp8 --seed 22
 fi
 
 if want generate; then

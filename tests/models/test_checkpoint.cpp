@@ -202,7 +202,8 @@ TEST(Safetensors, EveryDtypeAndEdgeShapeLoads) {
   const std::string bytes = "0123456789abcdefghijklmnopqrstuv";  // 32 distinct bytes
   const std::vector<std::pair<std::string, DType>> dtypes = {
       {"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16}, {"I8", DType::I8},
-      {"U8", DType::U8},   {"I32", DType::I32},   {"I64", DType::I64}};
+      {"U8", DType::U8},   {"I32", DType::I32},   {"I64", DType::I64},
+      {"F8_E4M3", DType::F8E4M3}, {"F8_E8M0", DType::F8E8M0}};
   for (const auto& [name, dtype] : dtypes)
     w.add(name, name, {2, 2}, bytes.data(), 4 * dtype_size(dtype));
   w.add("empty", "F32", {0, 7}, nullptr, 0);

@@ -332,8 +332,18 @@ TEST(Config, RopeScalingVariants) {
   j.erase("rope_parameters");
 
   const std::vector<std::pair<json, std::vector<std::string>>> bad = {
+      {{{"rope_type", "longrope"}, {"factor", 4.0}},
+       {"rope_scaling.rope_type 'longrope' is not supported", "yarn, deepseek_yarn"}},
+      // YaRN needs its original context (here no max_position_embeddings
+      // to fall back on) and a non-empty correction range.
       {{{"rope_type", "yarn"}, {"factor", 4.0}},
-       {"rope_scaling.rope_type 'yarn' is not supported"}},
+       {"missing required field 'rope_scaling.original_max_position_embeddings'"}},
+      {{{"rope_type", "yarn"},
+        {"factor", 4.0},
+        {"original_max_position_embeddings", 1024},
+        {"beta_fast", 1},
+        {"beta_slow", 32}},
+       {"beta_fast (1) must exceed beta_slow (32)"}},
       {{{"type", "dynamic"}, {"factor", 2.0}}, {"rope_scaling.type 'dynamic' is not supported"}},
       {{{"rope_type", "linear"}}, {"missing required field 'rope_scaling.factor'"}},
       {{{"rope_type", "linear"}, {"factor", 0}},

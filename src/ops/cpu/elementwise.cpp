@@ -32,6 +32,42 @@ void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32
   });
 }
 
+void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
+          const RopeParams& p) {
+  PAGODA_CHECK(p.num_heads > 0 && p.rot_dim > 0 && p.rot_dim % 2 == 0 && p.offset >= 0 &&
+                   p.offset + p.rot_dim <= p.head_dim,
+               "rope: {} heads of {}, rotating [{}, {})", p.num_heads, p.head_dim, p.offset,
+               p.offset + p.rot_dim);
+  const int64_t token_stride = p.token_stride ? p.token_stride : int64_t{p.num_heads} * p.head_dim;
+  PAGODA_CHECK(token_stride >= int64_t{p.num_heads} * p.head_dim, "rope: token stride {} < {}",
+               token_stride, int64_t{p.num_heads} * p.head_dim);
+  const int half = p.rot_dim / 2;
+  const bool interleaved = p.layout == RopeLayout::Interleaved;
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  parallel_for(num_tokens, 4, [&](int64_t t0, int64_t t1) {
+    cpu::RopeScratch scratch(p.rot_dim);  // rot_dim cosines and sines (interleaved)
+    float* cs = scratch.cos_v();
+    float* sn = scratch.sin_v();
+    for (int64_t t = t0; t < t1; ++t) {
+      // Once per token, shared by every head: ops::rope's angles.
+      cpu::rope_angles(positions[t], inv_freq, half, cs, sn);
+      if (p.inverse) {
+        for (int i = 0; i < half; ++i) sn[i] = -sn[i];
+      }
+      if (interleaved) {  // spread to one entry per element, sines signed
+        for (int i = half - 1; i >= 0; --i) {
+          cs[2 * i + 1] = cs[2 * i] = cs[i];
+          sn[2 * i + 1] = sn[i];
+          sn[2 * i] = -sn[i];
+        }
+      }
+      float* row = x + t * token_stride + p.offset;
+      for (int h = 0; h < p.num_heads; ++h)
+        kt.rope_slice(row + int64_t{h} * p.head_dim, cs, sn, p.rot_dim, interleaved);
+    }
+  });
+}
+
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
   float mx = x[0];

@@ -49,8 +49,11 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   bool all_bf16 = true, any_packed = false, any_i8 = false;
   for (int i = 0; i < count; ++i) {
     const Matrix& w = *outs[i].w;
-    PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8,
+    PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8 ||
+                     w.dtype == DType::F8E4M3,
                  "linear: unsupported weight dtype {}", dtype_name(w.dtype));
+    PAGODA_CHECK(w.dtype != DType::F8E4M3 || (w.block_scales && !w.packed),
+                 "linear: F8E4M3 weights need block scales and a row-major layout");
     PAGODA_CHECK(w.cols == k, "linear_multi: output {} has {} cols, x has {}", i, w.cols, k);
     PAGODA_CHECK(outs[i].ldy == 0 || outs[i].ldy >= w.rows, "linear: output stride {} < {} rows",
                  outs[i].ldy, w.rows);
@@ -104,7 +107,10 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
         continue;
       }
       const int64_t n0 = u_lo * kColumnUnit, n1 = std::min(n, u_hi * kColumnUnit);
-      if (bf16_dot) {
+      if (o.w->dtype == DType::F8E4M3) {
+        kt.linear_fp8(x, m, static_cast<const uint8_t*>(o.w->data), o.w->block_scales, k, ldy,
+                      o.bias, o.y, n0, n1);
+      } else if (bf16_dot) {
         kt.linear_bf16_dot(xb, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0,
                            n1);
       } else if (o.w->dtype == DType::BF16) {
@@ -120,6 +126,14 @@ void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
   const cpu::KernelTable& kt = cpu::active_kernels();
   parallel_for(m, rows_per_thread(inter),
                [&](int64_t r0, int64_t r1) { kt.silu_mul_rows(gate_up, inter, out, r0, r1); });
+}
+
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
+                float eps, float* y) {
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  parallel_for(m, rows_per_thread(n), [&](int64_t r0, int64_t r1) {
+    kt.layer_norm_rows(x, weight, bias, n, eps, y, r0, r1);
+  });
 }
 
 void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>  // kernels_impl.h's thread scratch
 
 #include "ops/ops.h"
 
@@ -54,6 +55,46 @@ constexpr int kKeyChunk = 16;
 // denominator.
 constexpr int64_t attention_scratch_floats(int64_t hd) {
   return kMaxTileQueries * (hd + kKeyChunk + 2);
+}
+
+// A tile of MLA attention (ops.h mla_paged_attention): `rows` consecutive
+// query rows of one sequence times `heads` consecutive heads, all reading
+// the one latent entry per key. Query (r, h) is at q + r * q_row_stride +
+// h * q_head_stride and writes kv_lora values at out + r * out_row_stride +
+// h * out_head_stride; row r sees keys [0, last_key + r]. Key t's entry starts at
+// element (block_table[t / block_size] * block_size + t % block_size) *
+// entry_dim of the cache (f32 or bf16: mla_attention / mla_attention_bf16).
+//
+// Keys are taken in segments of kMlaSegmentKeys (from key 0): each
+// segment's softmax state (max m, denominator l, unnormalised output acc)
+// is computed from scratch and merged into the query's total with
+// mla_merge_state, in segment order. So a tile may cover just one segment
+// [seg_begin, seg_begin + kMlaSegmentKeys) and write that state to
+// `partial` (m, l, then kv_lora acc values, for query (0, h) at partial +
+// h * partial_head_stride) for mla_merge to combine later, giving the very
+// bits the whole-range tile gives: long decode rows split across threads.
+struct MlaTile {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int64_t q_row_stride = 0, q_head_stride = 0;  // ops.h MlaStrides
+  int64_t out_row_stride = 0, out_head_stride = 0;
+  int rows = 0, heads = 0;  // rows * heads <= kMaxTileQueries
+  const void* cache = nullptr;
+  const int32_t* block_table = nullptr;
+  int block_size = 0;
+  int kv_lora = 0, entry_dim = 0;
+  int64_t last_key = 0;  // of row 0
+  float scale = 1.0f;
+  // One segment only (rows == 1): its first key, and where its state goes.
+  int64_t seg_begin = 0;
+  float* partial = nullptr;  // null: all segments, normalised output to out
+  int64_t partial_head_stride = 0;
+};
+constexpr int64_t kMlaSegmentKeys = 1024;
+// Floats of scratch an MLA tile needs: per query a segment's and the
+// total's latent accumulator, max and denominator, and one chunk's scores.
+constexpr int64_t mla_scratch_floats(int64_t kv_lora) {
+  return kMaxTileQueries * (2 * kv_lora + kKeyChunk + 4);
 }
 
 // Stores one token's k and v rows ([num_kv_heads, head_dim], f32) at its
@@ -116,6 +157,29 @@ struct KernelTable {
   void (*linear_bf16_packed)(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
                              int64_t ldy, const float* bias, float* y, int64_t p0,
                              int64_t p1) = nullptr;
+  // F8E4M3 weights with block scales (ops::Matrix; scales row stride
+  // fp8_scale_cols(k)), y row stride ldy, columns [n0, n1) (n0 a multiple
+  // of 16). Bit-identical to linear_f32 on the dequantised weights.
+  void (*linear_fp8)(const float* x, int64_t m, const uint8_t* w, const float* block_scales,
+                     int64_t k, int64_t ldy, const float* bias, float* y, int64_t n0,
+                     int64_t n1) = nullptr;
+  // One head's rotated slice v[0, rot_dim) in place (ops::rope with
+  // RopeParams). Interleaved: cs = (c0, c0, c1, c1, ...), sn = (-s0, s0,
+  // -s1, s1, ...), so v' = v * cs + swap_pairs(v) * sn. NeoX: cs, sn hold
+  // the rot_dim / 2 cosines and sines.
+  void (*rope_slice)(float* v, const float* cs, const float* sn, int rot_dim,
+                     bool interleaved) = nullptr;
+  // Rows [r0, r1) of layer_norm (rows of length n; bias may be null).
+  void (*layer_norm_rows)(const float* x, const float* weight, const float* bias, int64_t n,
+                          float eps, float* y, int64_t r0, int64_t r1) = nullptr;
+  // One MLA tile over an f32 / a bf16 latent cache (the same kernel
+  // templated on the element type, like attention); scratch holds
+  // mla_scratch_floats(kv_lora).
+  void (*mla_attention)(const MlaTile& a, float* scratch) = nullptr;
+  void (*mla_attention_bf16)(const MlaTile& a, float* scratch) = nullptr;
+  // Merges `count` segment states (MlaTile::partial layout, consecutive,
+  // stride kv_lora + 2) in order and writes the normalised output.
+  void (*mla_merge)(const float* states, int count, int kv_lora, float* out) = nullptr;
 };
 
 const KernelTable& scalar_kernels();

@@ -562,12 +562,27 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   }
 }
 
+#include "ops/cpu/fp8_linear_impl.h"
+#include "ops/cpu/rope_layer_norm_impl.h"
+
+// MLA attention over the latent cache, built from the pieces above.
+#include "ops/cpu/mla_impl.h"
+
 }  // namespace
 
 const cpu::KernelTable& kernel_table() {
-  static const cpu::KernelTable table{linear_f32,         linear_bf16,   rms_norm_rows,
-                                      add_rms_norm_rows,  silu_mul_rows, attention<float>,
-                                      attention<uint16_t>};
+  static const cpu::KernelTable table = [] {
+    cpu::KernelTable t{linear_f32,        linear_bf16,   rms_norm_rows,
+                       add_rms_norm_rows, silu_mul_rows, attention<float>,
+                       attention<uint16_t>};
+    t.linear_fp8 = linear_fp8;
+    t.rope_slice = rope_slice;
+    t.layer_norm_rows = layer_norm_rows;
+    t.mla_attention = mla_attention<float>;
+    t.mla_attention_bf16 = mla_attention<uint16_t>;
+    t.mla_merge = mla_merge;
+    return t;
+  }();
   return table;
 }
 

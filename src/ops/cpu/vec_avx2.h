@@ -7,7 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
-#define PAGODA_TARGET __attribute__((target("avx2,fma")))
+// f16c (vcvtph2ps, every AVX2 CPU has it; dispatch checks) widens FP8.
+#define PAGODA_TARGET __attribute__((target("avx2,fma,f16c")))
 
 namespace pagoda::ops::avx2 {
 
@@ -35,6 +36,23 @@ PAGODA_TARGET inline Vec vload_tail(const T* p, int n) {
   alignas(32) T buf[kLanes] = {};
   std::memcpy(buf, p, n * sizeof(T));
   return vload(buf);
+}
+
+// FP8 e4m3 bytes -> f32 times 2^-8, exactly: the bits moved into an f16
+// (bias 15 = e4m3's 7 + 8) and widened by vcvtph2ps, which also turns the
+// e4m3 subnormals into normal f32s; see vec_avx512.h.
+PAGODA_TARGET inline Vec e4m3_bytes_to_vec(__m128i bytes) {
+  const __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(bytes), 7),
+                                  _mm_set1_epi16(static_cast<short>(0xbfff)));
+  return _mm256_cvtph_ps(h);
+}
+PAGODA_TARGET inline Vec vload_e4m3(const uint8_t* p) {
+  return e4m3_bytes_to_vec(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+PAGODA_TARGET inline Vec vload_e4m3_tail(const uint8_t* p, int n) {
+  uint8_t buf[16] = {};
+  std::memcpy(buf, p, static_cast<size_t>(n));
+  return vload_e4m3(buf);
 }
 
 PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a); }
@@ -69,6 +87,8 @@ PAGODA_TARGET inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 PAGODA_TARGET inline Vec vround(Vec a) {
   return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+// Lanes (0, 1), (2, 3), ... swapped (interleaved RoPE pairs).
+PAGODA_TARGET inline Vec vswap_pairs(Vec a) { return _mm256_permute_ps(a, _MM_SHUFFLE(2, 3, 0, 1)); }
 // a * 2^n for integral n in [-126, 127]: 2^n built in the exponent field.
 PAGODA_TARGET inline Vec vldexp(Vec a, Vec n) {
   const __m256i bits =

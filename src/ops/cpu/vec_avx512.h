@@ -41,6 +41,25 @@ PAGODA_TARGET inline Vec vload_tail(const uint16_t* p, int n) {
   return widen_bf16(_mm256_maskz_loadu_epi16(tail_mask(n), p));
 }
 
+// FP8 e4m3 bytes -> f32 times 2^-8, exactly, subnormals included: moved
+// into an f16's bits (sign to bit 15, the 4 exponent and 3 mantissa bits
+// below it, f16's top exponent bit 0) they are an f16 whose exponent bias
+// (15) is 8 more than e4m3's (7), and vcvtph2ps widens f16 subnormals
+// exactly to normal f32s (no slow denormal arithmetic). Callers fold the
+// 2^8 into the block scale. Sign-extending the byte puts its sign at bit
+// 15 after the shift; bit 14 (also the sign) is cleared.
+PAGODA_TARGET inline Vec e4m3_bytes_to_vec(__m128i bytes) {
+  const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(bytes), 7),
+                                     _mm256_set1_epi16(static_cast<short>(0xbfff)));
+  return _mm512_maskz_cvtph_ps(0xffff, h);  // maskz: see vsum
+}
+PAGODA_TARGET inline Vec vload_e4m3(const uint8_t* p) {
+  return e4m3_bytes_to_vec(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+PAGODA_TARGET inline Vec vload_e4m3_tail(const uint8_t* p, int n) {
+  return e4m3_bytes_to_vec(_mm_maskz_loadu_epi8(tail_mask(n), p));
+}
+
 PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a); }
 PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
   _mm512_mask_storeu_ps(p, tail_mask(n), a);
@@ -58,6 +77,11 @@ PAGODA_TARGET inline Vec vmax(Vec a, Vec b) { return _mm512_maskz_max_ps(0xffff,
 // Round to the nearest integer (ties to even), as a float.
 PAGODA_TARGET inline Vec vround(Vec a) {
   return _mm512_maskz_roundscale_ps(0xffff, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// Lanes (0, 1), (2, 3), ... swapped: the partner of each element in an
+// interleaved (GPT-J) RoPE pair.
+PAGODA_TARGET inline Vec vswap_pairs(Vec a) {
+  return _mm512_maskz_permute_ps(0xffff, a, _MM_SHUFFLE(2, 3, 0, 1));
 }
 // a * 2^n for integral n in [-126, 127].
 PAGODA_TARGET inline Vec vldexp(Vec a, Vec n) { return _mm512_maskz_scalef_ps(0xffff, a, n); }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
+
 #define PAGODA_TARGET
 
 namespace pagoda::ops::scalar {
@@ -51,6 +53,19 @@ inline Vec vload_tail(const T* p, int n) {
   return vload(buf);
 }
 
+// FP8 e4m3 bytes -> f32 times 2^-8 (the convention of the SIMD variants,
+// whose f16 trick yields that), exactly: table value times a power of two.
+inline Vec vload_e4m3(const uint8_t* p) {
+  Vec r;
+  for (int i = 0; i < kLanes; ++i) r[i] = f8e4m3_to_f32(p[i]) * (1.0f / 256.0f);
+  return r;
+}
+inline Vec vload_e4m3_tail(const uint8_t* p, int n) {
+  Vec r = vzero();
+  for (int i = 0; i < n; ++i) r[i] = f8e4m3_to_f32(p[i]) * (1.0f / 256.0f);
+  return r;
+}
+
 inline void vstore(float* p, Vec a) { std::memcpy(p, &a, sizeof(a)); }
 inline void vstore_tail(float* p, Vec a, int n) { std::memcpy(p, &a, n * sizeof(float)); }
 
@@ -77,6 +92,8 @@ inline Vec vround(Vec a) {
     a[i] = std::nearbyint(a[i]);  // default rounding: to nearest even
   return a;
 }
+// Lanes (0, 1), (2, 3) swapped (interleaved RoPE pairs).
+inline Vec vswap_pairs(Vec a) { return Vec{a[1], a[0], a[3], a[2]}; }
 // a * 2^n for integral n in [-126, 127].
 inline Vec vldexp(Vec a, Vec n) {
   for (int i = 0; i < kLanes; ++i) a[i] = std::ldexp(a[i], static_cast<int>(n[i]));
