@@ -16,7 +16,7 @@ for arg in "$@"; do
 done
 
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev
-          libfmt-dev libspdlog-dev libxxhash-dev libicu-dev libcpp-httplib-dev)
+          libfmt-dev libspdlog-dev libxxhash-dev libicu-dev libhttp-parser-dev)
 if (( want_tests )); then
   packages+=(libgtest-dev libgmock-dev python3-numpy python3-jinja2 clang libomp-dev)
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)

@@ -10,7 +10,10 @@ of the best; quantized runs pass a looser one).
 DeepSeek V3 checkpoints (architectures DeepseekV3ForCausalLM /
 DeepseekV32ForCausalLM) are checked against tools/deepseek_reference.py
 (--absorbed runs its attention in the absorbed form; the two forms agree
-to ~1e-15), every other model against tools/reference_model.py.
+to ~1e-15), every other model against tools/reference_model.py. V3.2 runs
+the lightning indexer and top-k sparse MLA at any length. An engine run
+reporting kv_cache_dtype "fp8" is compared with the reference's FP8 cache
+simulation (spec §5.1), "bf16" with its bf16-rounded latent cache.
 """
 import argparse
 import json
@@ -22,12 +25,14 @@ import numpy as np
 from reference_model import ReferenceModel
 
 
-def reference_for(model_dir, absorbed=False, **kw):
+def reference_for(model_dir, absorbed=False, fp8_cache=False, **kw):
     """The numpy reference matching the checkpoint's architecture."""
     arch = (json.load(open(os.path.join(model_dir, "config.json"))).get("architectures") or [""])[0]
     if arch in ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"):
         from deepseek_reference import DeepseekReference
-        return DeepseekReference(model_dir, absorbed=absorbed, **kw)
+        return DeepseekReference(model_dir, absorbed=absorbed, fp8_cache=fp8_cache, **kw)
+    if fp8_cache:
+        raise ValueError(f"{model_dir}: the fp8 cache simulation is modelled for DeepSeek only")
     return ReferenceModel(model_dir, **kw)
 
 
@@ -52,7 +57,9 @@ def main():
     # by a bf16 ulp (2^-8 relative): a few 1e-3 of the logits at worst.
     # A bf16 KV cache (reported by the engine) holds K/V rounded to bf16.
     bf16_kv = got.get("kv_cache_dtype") == "bf16"
-    model = reference_for(a.model, absorbed=a.absorbed, bf16_activations=bf16_act, bf16_kv=bf16_kv)
+    fp8_kv = got.get("kv_cache_dtype") == "fp8"
+    model = reference_for(a.model, absorbed=a.absorbed, bf16_activations=bf16_act, bf16_kv=bf16_kv,
+                          **({"fp8_cache": True} if fp8_kv else {}))
     bf16_act = bool(model.round_for)  # only models with bf16 weights round
     rtol = max(a.rtol, 5e-3) if bf16_act else a.rtol
     ref = model.logits(prompt + out)[len(prompt) - 1 : len(prompt) - 1 + len(out)]
@@ -66,7 +73,8 @@ def main():
             print(f"FAIL {a.model}: step {i} token {out[i]} but reference argmax {best}")
             return 1
     status = "ok" if worst <= rtol else "FAIL"
-    note = (", bf16 activations" if bf16_act else "") + (", bf16 KV cache" if bf16_kv else "")
+    note = (", bf16 activations" if bf16_act else "") + (", bf16 KV cache" if bf16_kv else "") + (
+        ", fp8 KV cache" if fp8_kv else "")
     print(f"{status} {a.model}: {len(out)} steps, worst relative error {worst:.2e} at step {worst_row}"
           f" (limit {rtol:.0e}{note})")
     return 0 if worst <= rtol else 1

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes a random-weight Hugging Face checkpoint directory of architecture
-DeepseekV3ForCausalLM (model_type "deepseek_v3") with the real tensor names
-and config.json fields of the published DeepSeek-V3 checkpoints
-(deepseek-attention-spec.md §1.1 / §2.1, without the V3.2 indexer).
+DeepseekV3ForCausalLM (model_type "deepseek_v3"), or with --arch v32
+DeepseekV32ForCausalLM ("deepseek_v32", V3 plus the DSA lightning indexer),
+with the real tensor names and config.json fields of the published
+DeepSeek-V3 / V3.2 checkpoints (deepseek-attention-spec.md §1.1 / §2.1).
 
 Variants:
   --dtype bf16|f32   storage dtype of every float tensor (except
@@ -36,6 +37,30 @@ versions derive the YaRN factor from that ratio, so keeping it equal to
 `factor` makes every loader build the same RoPE table.
 --broken missing-scale|scale-shape|unknown-quant-method (with --fp8) writes
 a bad checkpoint for the engine's refusal tests.
+
+--arch v32: DeepseekV32ForCausalLM (model_type "deepseek_v32", spec §1.1):
+config.json adds index_n_heads / index_head_dim / index_topk (the HF
+DeepseekV32Config names; tiny defaults 16 / 32 / 8, spec §6.1; --wide
+defaults 64 / 128 / 2048 as the real model), and every decoder layer, the
+MTP layer included, gets the lightning indexer (spec §2.1, HF names):
+  self_attn.indexer.wq_b.weight          [HI*D, q_lora_rank]  FP8 with --fp8
+  self_attn.indexer.wk.weight            [D, hidden]          FP8 with --fp8
+  self_attn.indexer.k_norm.weight, .bias [D]                  --dtype (LayerNorm)
+  self_attn.indexer.weights_proj.weight  [HI, hidden]         --dtype, never FP8
+(HI = index_n_heads, D = index_head_dim). weights_proj's checkpoint dtype
+is unconfirmed (spec §8.4; HF keeps the module in fp32 in memory): we
+store it like the other non-FP8 matrices (bf16 by default) and the
+engine should widen it to f32. V3.2 needs q_lora_rank (the indexer reads
+the q LoRA output). Indexer weights: wq_b N(0, 1/sqrt(q_lora)), wk
+N(0, 1/sqrt(hidden)) (so q, k have O(1) elements and q.k/sqrt(D) is
+O(1)), k_norm weight 1 + 0.1 N, bias 0.1 N, weights_proj
+N(0, --index-weights-std / sqrt(hidden)): scores are O(1) (the std is a
+pure scale of every score: relative top-k margins do not depend on it).
+The scores are continuous, so top-k ties do not occur; on 200-token
+random sequences the smallest relative gap between the k-th and (k+1)-th
+score over all queries and layers is ~3e-6..7e-5 (median ~1.6e-2): check
+a test sequence with `deepseek_reference.py --check-margins` or compare
+sets only where --topk-out's per-query margin is clear.
 
 Weights: linear N(0, 1/sqrt(in)); norms 1 + 0.1 N(0,1); embeddings N(0,1);
 lm_head N(0, 2/sqrt(hidden)) (logits O(1)); router N(0, 1/sqrt(hidden))
@@ -76,6 +101,10 @@ WIDE = dict(TINY, vocab=129280, hidden=7168, layers=2, dense_layers=1, heads=128
             nope=128, rope=64, v=128, inter=4096, moe_inter=2048, experts=8, shared=1, active=2, groups=4,
             topk_groups=2, factor=40.0, orig_ctx=4096, mtp=0, bos=128000, eos=128001)
 
+# spec §6.1 (V3.2-tiny indexer) and §1.1 (the real model's)
+V32_TINY = dict(index_n_heads=16, index_head_dim=32, index_topk=8)
+V32_WIDE = dict(index_n_heads=64, index_head_dim=128, index_topk=2048)
+
 
 def is_moe_layer(c, i):
     """HF DeepseekV3 rule: MoE iff routed experts exist, i >= first_k_dense_replace
@@ -99,6 +128,16 @@ def tensor_list(c, mtp_layers):
     def norm(name, n):
         out.append((name, (n,), "norm", 0.1, False))
 
+    def indexer(a):
+        # DSA lightning indexer (spec §2.1, §3.1.3); names as in HF's
+        # DeepseekV32Indexer / the published V3.2 checkpoint.
+        HI, D = c["index_n_heads"], c["index_head_dim"]
+        lin(a + "indexer.wq_b.weight", HI * D, c["q_lora_rank"])
+        lin(a + "indexer.wk.weight", D, H)
+        norm(a + "indexer.k_norm.weight", D)
+        out.append((a + "indexer.k_norm.bias", (D,), "nbias", 0.1, False))
+        lin(a + "indexer.weights_proj.weight", HI, H, fp8=False, std=c["_index_weights_std"] / np.sqrt(H))
+
     def mlp(p, inter):
         lin(p + "gate_proj.weight", inter, H)
         lin(p + "up_proj.weight", inter, H)
@@ -118,6 +157,8 @@ def tensor_list(c, mtp_layers):
         norm(a + "kv_a_layernorm.weight", c["kv_lora_rank"])
         lin(a + "kv_b_proj.weight", nh * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"])
         lin(a + "o_proj.weight", H, nh * c["v_head_dim"])
+        if "index_topk" in c:
+            indexer(a)
         norm(p + "post_attention_layernorm.weight", H)
         if i >= c["num_hidden_layers"] or is_moe_layer(c, i):
             E = c["n_routed_experts"]
@@ -166,6 +207,8 @@ def draw(seed, name, kind, shape, std):
     if len(shape) == 1:
         if kind == "bias":
             yield rng.uniform(0.0, std, shape).astype(np.float32)
+        elif kind == "nbias":  # LayerNorm bias: N(0, std)
+            yield (std * rng.standard_normal(shape)).astype(np.float32)
         else:
             yield (1.0 + std * rng.standard_normal(shape)).astype(np.float32)
         return
@@ -225,6 +268,10 @@ def build_config(a, p):
         "use_cache": True,
         "torch_dtype": {"f32": "float32", "bf16": "bfloat16"}[a.dtype],
     }
+    if a.arch == "v32":
+        # spec §1.1; field names of HF's DeepseekV32Config
+        c["architectures"], c["model_type"] = ["DeepseekV32ForCausalLM"], "deepseek_v32"
+        c["index_n_heads"], c["index_head_dim"], c["index_topk"] = p["index_n_heads"], p["index_head_dim"], p["index_topk"]
     if a.fp8:
         c["quantization_config"] = dict(QUANTIZATION_CONFIG)
         if a.broken == "unknown-quant-method":
@@ -239,6 +286,13 @@ def main():
     ap.add_argument("--fp8", action="store_true", help="FP8 e4m3 weights with 128x128 f32 block scales")
     ap.add_argument("--wide", action="store_true", help="real V3 attention widths, 2 layers, 8 experts")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arch", choices=["v3", "v32"], default="v3",
+                    help="v32: DeepseekV32ForCausalLM with the lightning indexer (spec §1.1, §2.1)")
+    ap.add_argument("--index-n-heads", type=int, default=None, help="v32: index_n_heads (tiny 16)")
+    ap.add_argument("--index-head-dim", type=int, default=None, help="v32: index_head_dim (tiny 32)")
+    ap.add_argument("--index-topk", type=int, default=None, help="v32: index_topk (tiny 8)")
+    ap.add_argument("--index-weights-std", type=float, default=1.0,
+                    help="v32: weights_proj std times sqrt(hidden)")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--scoring", choices=["sigmoid", "softmax"], default="sigmoid")
     ap.add_argument("--no-norm-topk-prob", action="store_true")
@@ -263,6 +317,16 @@ def main():
     a = ap.parse_args()
 
     p = dict(WIDE if a.wide else TINY)
+    p.update(V32_WIDE if a.wide else V32_TINY)
+    for k in ("index_n_heads", "index_head_dim", "index_topk"):
+        if getattr(a, k) is not None:
+            p[k] = getattr(a, k)
+    if a.arch == "v32":
+        if not a.q_lora_rank and a.q_lora_rank is not None:
+            ap.error("--arch v32 needs a q LoRA (the indexer reads its output)")
+        D = p["index_head_dim"]
+        if D & (D - 1) or D < p["rope"] or p["rope"] % 2:
+            ap.error("index_head_dim must be a power of two (Hadamard, spec §0.5) >= qk_rope_head_dim")
     for k in list(sizes) + ["route_scale", "rope_theta", "factor", "mscale", "mscale_all_dim", "orig_ctx"]:
         if getattr(a, k) is not None:
             p[k] = getattr(a, k)
@@ -277,6 +341,7 @@ def main():
     if a.broken and not a.fp8:
         ap.error("--broken needs --fp8")
     c = build_config(a, p)
+    c["_index_weights_std"] = a.index_weights_std
     specs = tensor_list(c, p["mtp"])
 
     os.makedirs(a.out, exist_ok=True)
@@ -328,6 +393,7 @@ def main():
     if shards > 1:
         json.dump({"metadata": {}, "weight_map": weight_map},
                   open(os.path.join(a.out, "model.safetensors.index.json"), "w"), indent=2)
+    del c["_index_weights_std"]
     json.dump(c, open(os.path.join(a.out, "config.json"), "w"), indent=2)
     json.dump({"bos_token_id": p["bos"], "eos_token_id": p["eos"]},
               open(os.path.join(a.out, "generation_config.json"), "w"))

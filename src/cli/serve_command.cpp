@@ -2,8 +2,11 @@
 // gracefully: no new requests, in-flight ones finish within the grace
 // period (the rest are aborted), then exit 0.
 #include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "cli/commands.h"
@@ -14,6 +17,10 @@
 namespace pagoda::cli {
 
 namespace {
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
 
 struct ServeArgs {
   std::string model;
@@ -42,12 +49,30 @@ int run_serve(ServeArgs& a) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "pagoda: %s received, shutting down (grace %.1f s)\n",
+  std::fprintf(stderr,
+               "pagoda: %s received, shutting down (grace %.1f s; a second signal exits at once)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", a.grace_seconds);
-  http.start_draining();
-  engine.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.grace_seconds * 1000)));
-  http.stop();
-  server_thread.join();
+  std::fflush(stderr);
+  // The shutdown runs beside this thread, which keeps waiting for signals:
+  // a second SIGINT/SIGTERM ends the process at once.
+  std::atomic<bool> stopped{false};
+  std::thread shutdown_thread([&] {
+    http.start_draining();
+    engine.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.grace_seconds * 1000)));
+    // Every request has its final output now (finished or aborted); the
+    // server writes each response to its end ([DONE] included) and closes.
+    http.stop(std::chrono::seconds(10));
+    server_thread.join();
+    stopped = true;
+    kill(getpid(), SIGTERM);  // wakes the sigwait below
+  });
+  sigwait(&signals, &sig);
+  if (!stopped) {
+    std::fprintf(stderr, "pagoda: second %s, exiting now\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  shutdown_thread.join();
   std::fprintf(stderr, "pagoda: stopped\n");
   return 0;
 }
@@ -69,16 +94,34 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", args->server.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1 routes");
   cmd->add_option("--max-pending-requests", args->server.max_pending_requests,
-                  "Requests in flight before new ones get 503")
+                  "Sequences (prompts x n) in flight before new requests get 503")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", args->server.max_body_bytes,
                   "Largest request body accepted (413 beyond)")
       ->check(CLI::Range(1024, 1 << 30))
       ->capture_default_str();
-  cmd->add_option("--http-threads", args->server.http_threads, "Concurrent HTTP connections served")
-      ->check(CLI::Range(2, 4096))
+  cmd->add_option("--http-threads", args->server.http_threads,
+                  "Threads that parse requests and build responses (connections are not "
+                  "bound to threads)")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--max-connections", args->server.max_connections,
+                  "Open HTTP connections at once (503 beyond; capped by the descriptor limit)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option_function<double>(
+         "--header-timeout", [args](double s) { args->server.header_timeout = to_ms(s); },
+         "Seconds a request's line and headers may take from its first byte (408 beyond) [10]")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option_function<double>(
+         "--body-timeout", [args](double s) { args->server.body_timeout = to_ms(s); },
+         "Seconds a request body may take after its headers (408 beyond) [30]")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option_function<double>(
+         "--keep-alive-timeout", [args](double s) { args->server.keep_alive_timeout = to_ms(s); },
+         "Seconds an idle keep-alive connection stays open [60]")
+      ->check(CLI::Range(0.1, 86400.0));
   cmd->add_option("--shutdown-grace", args->grace_seconds,
                   "Seconds in-flight requests get on SIGINT/SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))

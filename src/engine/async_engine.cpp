@@ -21,14 +21,41 @@ bool AsyncEngine::Stream::done() const {
   return finished_taken_;
 }
 
+bool AsyncEngine::Stream::has_final_output() const {
+  std::lock_guard lock(mu_);
+  return finished_pushed_;
+}
+
+void AsyncEngine::Stream::set_listener(std::function<void()> fn) {
+  bool pending;
+  {
+    std::lock_guard lock(mu_);
+    listener_ = fn;
+    pending = !queue_.empty();
+  }
+  if (pending && fn) fn();
+}
+
+void AsyncEngine::Stream::keep_latest_only() {
+  std::deque<RequestOutput> dropped;  // freed outside the lock
+  std::lock_guard lock(mu_);
+  while (queue_.size() > 1) {
+    dropped.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+}
+
 void AsyncEngine::Stream::push(RequestOutput out) {
+  std::function<void()> listener;
   {
     std::lock_guard lock(mu_);
     if (finished_pushed_) return;
     finished_pushed_ = out.finished;
     queue_.push_back(std::move(out));
+    listener = listener_;
   }
   cv_.notify_all();
+  if (listener) listener();
 }
 
 AsyncEngine::AsyncEngine(const std::string& model_dir, const EngineOptions& options)

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,6 +30,17 @@ class AsyncEngine {
     // the final output has been taken.
     std::optional<RequestOutput> next(std::chrono::milliseconds timeout);
     bool done() const;
+    // True once the final output is queued (taken or not).
+    bool has_final_output() const;
+    // `fn` runs after every output is queued, on the engine thread with no
+    // lock held, so an event-driven consumer is woken instead of polling; it
+    // must be quick (post work elsewhere). If outputs are already queued when
+    // it is set, it runs at once on the caller's thread.
+    void set_listener(std::function<void()> fn);
+    // Drops every queued output but the newest. Outputs are cumulative (all
+    // text and ids so far), so a consumer that wants only the end result
+    // calls this as outputs arrive and keeps its memory flat.
+    void keep_latest_only();
 
    private:
     friend class AsyncEngine;
@@ -38,6 +50,7 @@ class AsyncEngine {
     std::deque<RequestOutput> queue_;
     bool finished_pushed_ = false;
     bool finished_taken_ = false;
+    std::function<void()> listener_;
   };
 
   AsyncEngine(const std::string& model_dir, const EngineOptions& options);

@@ -231,7 +231,7 @@ bool EventStream::sends(const RequestOutput& out) const {
          (sub_.return_token_ids && !out.new_token_ids.empty());
 }
 
-std::string EventStream::next_events(bool* finished) {
+std::string EventStream::next_events(bool* finished, std::chrono::milliseconds wait) {
   *finished = false;
   if (finished_) {
     *finished = true;
@@ -272,10 +272,10 @@ std::string EventStream::next_events(bool* finished) {
     *finished = true;
     return events;
   }
-  if (events.empty()) {  // nothing ready: wait briefly on the first open choice
+  if (events.empty() && wait.count() > 0) {  // nothing ready: wait on the first open choice
     for (size_t i = 0; i < sub_.streams.size(); ++i) {
       if (done_[i]) continue;
-      if (auto out = sub_.streams[i]->next(50ms)) {
+      if (auto out = sub_.streams[i]->next(wait)) {
         if (sends(*out)) events += chunk_for(i, *out);
         completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
         if (out->finished) {

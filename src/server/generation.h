@@ -3,6 +3,7 @@
 // and the response, whole or as server-sent events.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -45,8 +46,9 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
 nlohmann::json collect_response(GenerationContext& ctx, Submitted& sub);
 
 // Server-sent events, pulled chunk by chunk. next_events() returns the text
-// to send now ("" when nothing is ready yet) and sets *finished after the
-// final "data: [DONE]".
+// to send now ("" when nothing is ready after waiting up to `wait`) and sets
+// *finished after the final "data: [DONE]". An event-driven caller, woken
+// by the streams' listeners, passes wait = 0.
 class EventStream {
  public:
   EventStream(GenerationContext& ctx, Submitted sub)
@@ -55,7 +57,8 @@ class EventStream {
         done_(sub_.streams.size(), false),
         sent_first_(sub_.streams.size(), false) {}
   ~EventStream();
-  std::string next_events(bool* finished);
+  std::string next_events(bool* finished,
+                          std::chrono::milliseconds wait = std::chrono::milliseconds(50));
   // The client went away: abort every unfinished choice.
   void abort_all(const char* why);
 

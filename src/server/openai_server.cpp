@@ -1,16 +1,15 @@
 #include "server/openai_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
-#include <chrono>
 #include <cstdio>
 
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/generation.h"
+#include "server/generation_reply.h"
+#include "server/json_depth.h"
 #include "server/protocol.h"
 #include "server/tokenize.h"
+#include "server/worker_pool.h"
 
 namespace pagoda::server {
 
@@ -18,20 +17,28 @@ namespace {
 
 using Json = nlohmann::json;
 
-void send_json(httplib::Response& res, int status, const Json& body) {
-  res.status = status;
+HttpResponse json_response(int status, const Json& body) {
   // Replace, never throw, should any invalid UTF-8 reach a response.
-  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+  return {
+      status, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace), {}};
+}
+
+HttpResponse error_response(int status, const std::string& message) {
+  const char* type = status == 503 ? "service_unavailable" : "invalid_request_error";
+  return json_response(status, ApiError(status, type, message).body());
 }
 
 }  // namespace
 
 struct OpenAIServer::Impl {
-  httplib::Server http;
-  int listen_fd = -1;
   Metrics metrics;
   std::atomic<uint64_t> next_id{0};
   std::unique_ptr<GenerationContext> ctx;
+  std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<HttpTransport> http;
+  // Sequences admitted but not yet visible in engine.num_unfinished().
+  std::mutex admit_mu;
+  size_t reserved = 0;
 };
 
 OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
@@ -39,156 +46,179 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
   Impl& s = *impl_;
   s.ctx = std::make_unique<GenerationContext>(GenerationContext{
       engine_, s.metrics, options_.served_model_name, engine_.tokenizer().chat_template()});
-  httplib::Server& http = s.http;
-  const int threads = options_.http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(options_.max_body_bytes);
-  http.set_keep_alive_max_count(1000);
-  http.set_tcp_nodelay(true);
-  // Debian's httplib sets SO_REUSEPORT, which would let two servers share a
-  // port silently; use SO_REUSEADDR only, and remember the socket to widen
-  // its listen backlog after bind (the library hard-codes 5).
-  http.set_socket_options([this](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    impl_->listen_fd = sock;
-  });
-
-  // Errors from httplib itself (unknown route, body too large) get JSON too.
-  http.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
+  s.pool = std::make_unique<WorkerPool>(options_.http_threads);
+  TransportOptions t;
+  t.host = options_.host;
+  t.port = options_.port;
+  t.max_connections = options_.max_connections;
+  t.max_body_bytes = options_.max_body_bytes;
+  t.header_timeout = options_.header_timeout;
+  t.body_timeout = options_.body_timeout;
+  t.idle_timeout = options_.keep_alive_timeout;
+  t.error_response = [this](int status, const std::string& message) {
     impl_->metrics.record_http_error();
-    if (!res.body.empty()) return;
-    const char* msg = res.status == 404   ? "not found"
-                      : res.status == 413 ? "the request body is too large"
-                                          : "request failed";
-    send_json(res, res.status, ApiError(res.status, "invalid_request_error", msg).body());
-  });
-  http.set_exception_handler(
-      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        impl_->metrics.record_http_error();
-        std::string what = "internal error";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        std::fprintf(stderr, "pagoda: internal error: %s\n", what.c_str());
-        send_json(res, 500, ApiError(500, "internal_error", what).body());
-      });
-
-  // Wraps a handler: auth, draining, and ApiError -> JSON error response.
-  auto guarded = [this](bool needs_auth, auto handler) {
-    return [this, needs_auth, handler](const httplib::Request& req, httplib::Response& res) {
-      try {
-        if (needs_auth && !options_.api_key.empty() &&
-            req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
-          throw ApiError(401, "authentication_error",
-                         "invalid or missing API key (Authorization: Bearer KEY)");
-        }
-        handler(req, res);
-      } catch (const ApiError& e) {
-        impl_->metrics.record_http_error();
-        send_json(res, e.status(), e.body());
-      } catch (const InputError& e) {
-        impl_->metrics.record_http_error();
-        send_json(res, 400, bad_request(e.what()).body());
-      }
-    };
+    return error_response(status, message);
   };
-
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, {{"status", "ok"}});
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(impl_->metrics.render(engine_.stats(), options_.served_model_name),
-                    "text/plain; version=0.0.4");
-  });
-  http.Get("/v1/models", guarded(true, [this](const httplib::Request&, httplib::Response& res) {
-             const Json model = {{"id", options_.served_model_name},
-                                 {"object", "model"},
-                                 {"created", 0},
-                                 {"owned_by", "pagoda"},
-                                 {"max_model_len", engine_.engine().max_model_len()}};
-             send_json(res, 200, {{"object", "list"}, {"data", Json::array({model})}});
-           }));
-  http.Post("/tokenize", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
-              send_json(res, 200, tokenize(*impl_->ctx, req.body));
-            }));
-  http.Post(
-      "/detokenize", guarded(true, [this](const httplib::Request& req, httplib::Response& res) {
-        const auto j = parse_json_object(req.body);
-        if (!j.contains("tokens") || !j["tokens"].is_array())
-          throw bad_request("tokens must be a list of ids", "tokens");
-        std::vector<int32_t> ids;
-        const int32_t vocab = engine_.tokenizer().vocab_size();
-        for (const auto& v : j["tokens"]) {
-          if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab) {
-            throw bad_request("tokens must be ids in [0, " + std::to_string(vocab) + ")", "tokens");
-          }
-          ids.push_back(v.get<int32_t>());
-        }
-        send_json(res, 200, {{"prompt", engine_.tokenizer().decode(ids, false)}});
-      }));
-
-  auto generate = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
-      if (draining_) throw ApiError(503, "service_unavailable", "the server is shutting down");
-      if (engine_.num_unfinished() >= options_.max_pending_requests) {
-        throw ApiError(503, "service_unavailable", "too many requests in flight; retry later");
-      }
-      const GenerationRequest r =
-          chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
-      const std::string id =
-          std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(impl_->next_id++);
-      Submitted sub = submit_generation(*impl_->ctx, r, id);
-      if (!r.stream) {
-        send_json(res, 200, collect_response(*impl_->ctx, sub));
-        return;
-      }
-      auto events = std::make_shared<EventStream>(*impl_->ctx, std::move(sub));
-      res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [events](size_t, httplib::DataSink& sink) {
-            bool finished = false;
-            const std::string data = events->next_events(&finished);
-            if (!data.empty() && !sink.write(data.data(), data.size())) {
-              events->abort_all("client disconnected");
-              return false;
-            }
-            if (finished) sink.done();
-            return true;
-          },
-          [events](bool success) {
-            if (!success) events->abort_all("client disconnected");
-          });
-    };
-  };
-  http.Post("/v1/completions", guarded(true, generate(false)));
-  http.Post("/v1/chat/completions", guarded(true, generate(true)));
+  s.http = std::make_unique<HttpTransport>(
+      std::move(t), [this](HttpRequest&& req, Reply reply) { route(std::move(req), reply); });
 }
 
-OpenAIServer::~OpenAIServer() { stop(); }
+OpenAIServer::~OpenAIServer() {
+  // The pool first: its tasks may still post to the transport.
+  impl_->pool.reset();
+  impl_->http.reset();
+}
 
-int OpenAIServer::bind() {
-  httplib::Server& http = impl_->http;
-  int port = options_.port;
-  if (port == 0) {
-    port = http.bind_to_any_port(options_.host);
-    if (port < 0) throw_input_error("cannot bind {}:0", options_.host);
-  } else if (!http.bind_to_port(options_.host, port)) {
-    throw_input_error("cannot bind {}:{} (in use, or not an address of this machine)",
-                      options_.host, port);
+int OpenAIServer::bind() { return impl_->http->bind(); }
+
+void OpenAIServer::serve() { impl_->http->run(); }
+
+void OpenAIServer::stop(std::chrono::milliseconds flush_timeout) {
+  impl_->http->stop(flush_timeout);
+}
+
+// Runs on the event loop: liveness and metrics are answered here, so they
+// never wait behind request work; everything else goes to the pool.
+void OpenAIServer::route(HttpRequest&& req, Reply reply) {
+  Impl& s = *impl_;
+  const std::string& path = req.path;
+  const bool get = req.method == "GET", post = req.method == "POST";
+  if (get && path == "/health") {
+    reply.send(json_response(200, {{"status", "ok"}}));
+    return;
   }
-  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, 4096);
-  return port;
+  if (get && path == "/metrics") {
+    reply.send({200, "text/plain; version=0.0.4", s.metrics.render(engine_.stats(), options_.served_model_name), {}});
+    return;
+  }
+  enum class Route { Models, Tokenize, Detokenize, Completions, Chat };
+  Route r;
+  if (get && path == "/v1/models") {
+    r = Route::Models;
+  } else if (post && path == "/tokenize") {
+    r = Route::Tokenize;
+  } else if (post && path == "/detokenize") {
+    r = Route::Detokenize;
+  } else if (post && path == "/v1/completions") {
+    r = Route::Completions;
+  } else if (post && path == "/v1/chat/completions") {
+    r = Route::Chat;
+  } else {
+    s.metrics.record_http_error();
+    reply.send(error_response(404, "not found"));
+    return;
+  }
+  // Auth before anything reads the body.
+  const std::string* auth = req.header("authorization");
+  if (!options_.api_key.empty() && (!auth || *auth != "Bearer " + options_.api_key)) {
+    s.metrics.record_http_error();
+    reply.send(json_response(401, ApiError(401, "authentication_error",
+                                           "invalid or missing API key (Authorization: Bearer KEY)")
+                                      .body()));
+    return;
+  }
+  auto shared = std::make_shared<HttpRequest>(std::move(req));
+  s.pool->submit([this, r, post, shared, reply] {
+    Impl& s = *impl_;
+    const HttpRequest& req = *shared;
+    try {
+      // Before any JSON parser runs: a deep body would overflow the stack.
+      // Every body is read as JSON whatever its Content-Type (curl -d sends
+      // application/x-www-form-urlencoded), as vLLM does.
+      if (post && json_exceeds_depth(req.body)) {
+        throw bad_request("the JSON body nests deeper than " + std::to_string(kMaxJsonDepth) +
+                              " levels (arrays/objects)",
+                          "body");
+      }
+      switch (r) {
+        case Route::Models: {
+          const Json model = {{"id", options_.served_model_name},
+                              {"object", "model"},
+                              {"created", 0},
+                              {"owned_by", "pagoda"},
+                              {"max_model_len", engine_.engine().max_model_len()}};
+          reply.send(json_response(200, {{"object", "list"}, {"data", Json::array({model})}}));
+          break;
+        }
+        case Route::Tokenize:
+          reply.send(json_response(200, tokenize(*s.ctx, req.body)));
+          break;
+        case Route::Detokenize: {
+          const auto j = parse_json_object(req.body);
+          if (!j.contains("tokens") || !j["tokens"].is_array())
+            throw bad_request("tokens must be a list of ids", "tokens");
+          std::vector<int32_t> ids;
+          const int32_t vocab = engine_.tokenizer().vocab_size();
+          for (const auto& v : j["tokens"]) {
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab) {
+              throw bad_request("tokens must be ids in [0, " + std::to_string(vocab) + ")",
+                                "tokens");
+            }
+            ids.push_back(v.get<int32_t>());
+          }
+          reply.send(json_response(200, {{"prompt", engine_.tokenizer().decode(ids, false)}}));
+          break;
+        }
+        case Route::Completions:
+        case Route::Chat:
+          generate(r == Route::Chat, req, reply);
+          break;
+      }
+    } catch (const ApiError& e) {
+      s.metrics.record_http_error();
+      reply.send(json_response(e.status(), e.body()));
+    } catch (const InputError& e) {
+      s.metrics.record_http_error();
+      reply.send(json_response(400, bad_request(e.what()).body()));
+    } catch (const std::exception& e) {
+      s.metrics.record_http_error();
+      std::fprintf(stderr, "pagoda: internal error: %s\n", e.what());
+      reply.send(json_response(500, ApiError(500, "internal_error", e.what()).body()));
+    }
+  });
 }
 
-void OpenAIServer::serve() { impl_->http.listen_after_bind(); }
-
-void OpenAIServer::stop() {
-  if (impl_->http.is_running()) impl_->http.stop();
+// On a pool thread. Admission counts sequences (prompts x n), the unit the
+// engine schedules, not HTTP requests: one request can hold thousands.
+void OpenAIServer::generate(bool chat, const HttpRequest& req, const Reply& reply) {
+  Impl& s = *impl_;
+  if (draining_) throw ApiError(503, "service_unavailable", "the server is shutting down");
+  const GenerationRequest r =
+      chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
+  const size_t prompts = chat ? 1 : r.text_prompts.size() + r.id_prompts.size();
+  const size_t sequences = prompts * static_cast<size_t>(std::max(r.n, 1));
+  const size_t limit = options_.max_pending_requests;
+  if (sequences > limit) {
+    throw bad_request("this request asks for " + std::to_string(sequences) +
+                          " sequences (prompts x n); the server runs at most " +
+                          std::to_string(limit) + " at once (--max-pending-requests)",
+                      "n");
+  }
+  {
+    std::lock_guard lock(s.admit_mu);
+    if (engine_.num_unfinished() + s.reserved + sequences > limit) {
+      throw ApiError(503, "service_unavailable", "too many requests in flight; retry later");
+    }
+    s.reserved += sequences;
+  }
+  // Submitted sequences count in num_unfinished(); release the reservation
+  // however submission ends.
+  struct Release {
+    Impl& s;
+    size_t n;
+    ~Release() {
+      std::lock_guard lock(s.admit_mu);
+      s.reserved -= n;
+    }
+  } release{s, sequences};
+  const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(s.next_id++);
+  Submitted sub = submit_generation(*s.ctx, r, id);
+  if (r.stream) {
+    reply_with_events(*s.ctx, *s.pool, std::move(sub), reply);
+  } else {
+    reply_when_complete(*s.ctx, *s.pool, std::move(sub), reply,
+                        [](const Json& body) { return json_response(200, body); });
+  }
 }
 
 }  // namespace pagoda::server

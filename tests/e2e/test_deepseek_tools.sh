@@ -4,7 +4,10 @@
 # FP8 variants the reference must refuse) and the numpy
 # reference's self-test (absorbed == non-absorbed MLA, MoE routing
 # invariants, causality, FP8 dequantisation), plus the compare_logits.py
-# plumbing on the reference's own greedy output. Runs without the engine:
+# plumbing on the reference's own greedy output; and the same for
+# DeepSeek V3.2 (--arch v32: indexer tensors and config, the reference's
+# sparse-attention and FP8-cache self-test, top-k sets and margins, fp8
+# cache logits through compare_logits.py). Runs without the engine:
 # args are (pagoda binary, source dir) like every e2e script; the binary is
 # ignored.
 set -uo pipefail
@@ -25,6 +28,8 @@ write() {  # write NAME [make_deepseek_checkpoint args...]
 write bf16 --dtype bf16 --seed 1
 write fp8 --dtype bf16 --fp8 --seed 1
 write fp8-shards --dtype f32 --fp8 --shards 3 --seed 2 --q-lora-rank 0
+write v32 --arch v32 --dtype bf16 --seed 1
+write v32-fp8 --arch v32 --fp8 --seed 1 --shards 2
 
 # Names, dtypes and shapes as DeepSeek publishes them.
 TOOLS=$tools $py - "$tmp" <<'PY' || fail "checkpoint layout"
@@ -58,6 +63,31 @@ idx = json.load(open(f"{tmp}/fp8-shards/model.safetensors.index.json"))["weight_
 assert set(idx) == set(s) and len(set(idx.values())) == 3
 assert all(idx[n] == idx[n[: -len("_scale_inv")]] for n in idx if n.endswith("_scale_inv"))
 print("checkpoint layout ok")
+
+# V3.2 (spec §1.1, §2.1): config fields and the indexer tensors of every layer, MTP included
+for name in ("v32", "v32-fp8"):
+    cfg = json.load(open(f"{tmp}/{name}/config.json"))
+    assert cfg["architectures"] == ["DeepseekV32ForCausalLM"] and cfg["model_type"] == "deepseek_v32"
+    assert (cfg["index_n_heads"], cfg["index_head_dim"], cfg["index_topk"]) == (16, 32, 8)
+    d = load_dir_dtypes(f"{tmp}/{name}")
+    fp8 = name == "v32-fp8"
+    for L in range(5):
+        a = f"model.layers.{L}.self_attn.indexer."
+        assert d[a + "wq_b.weight"] == ("F8_E4M3" if fp8 else "BF16"), (name, L)
+        assert d[a + "wk.weight"] == ("F8_E4M3" if fp8 else "BF16")
+        assert (a + "wq_b.weight_scale_inv" in d) == fp8 and (a + "wk.weight_scale_inv" in d) == fp8
+        for leaf in ("k_norm.weight", "k_norm.bias", "weights_proj.weight"):
+            assert d[a + leaf] == "BF16", (name, leaf)
+    assert not any("indexer" in n for n in load_dir_dtypes(f"{tmp}/bf16"))
+from safetensors_np import load_dir
+w = load_dir(f"{tmp}/v32-fp8", raw_fp8=True)
+a = "model.layers.4.self_attn.indexer."
+shapes = {n: w[a + n].shape for n in ("wq_b.weight", "wq_b.weight_scale_inv", "wk.weight", "wk.weight_scale_inv",
+                                      "k_norm.weight", "k_norm.bias", "weights_proj.weight")}
+assert shapes == {"wq_b.weight": (512, 96), "wq_b.weight_scale_inv": (4, 1), "wk.weight": (32, 256),
+                  "wk.weight_scale_inv": (1, 2), "k_norm.weight": (32,), "k_norm.bias": (32,),
+                  "weights_proj.weight": (16, 256)}, shapes
+print("V3.2 checkpoint layout ok")
 PY
 
 (cd "$tools" && $py deepseek_reference.py --self-test >"$tmp/selftest.log") \
@@ -65,6 +95,25 @@ PY
 grep -c '^ok' "$tmp/selftest.log" | sed 's/^/reference self-test checks passed: /'
 (cd "$tools" && $py deepseek_reference.py --self-test --model "$tmp/fp8" >"$tmp/selftest-fp8.log") \
   || { cat "$tmp/selftest-fp8.log"; fail "deepseek_reference self-test on the bf16+FP8 checkpoint"; }
+(cd "$tools" && $py deepseek_reference.py --self-test --model "$tmp/v32-fp8" >"$tmp/selftest-v32.log") \
+  || { cat "$tmp/selftest-v32.log"; fail "deepseek_reference self-test on the V3.2 bf16+FP8 checkpoint"; }
+
+# V3.2 top-k margins of a 200-token random sequence, and the top-k sets file.
+$py "$tools/deepseek_reference.py" --model "$tmp/v32" --random 200 --seed 1 --check-margins --min-margin 1e-6 \
+  | tail -1 || fail "V3.2 top-k margins"
+$py "$tools/deepseek_reference.py" --model "$tmp/v32" --random 40 --topk-out "$tmp/sets.json" >/dev/null \
+  || fail "reference --topk-out"
+$py - "$tmp/sets.json" <<'PY' || fail "top-k sets file"
+import json, sys
+d = json.load(open(sys.argv[1]))
+k = d["index_topk"]
+assert sorted(d["layers"]) == ["0", "1", "2", "3"] and len(d["ids"]) == 40
+for layer, sets in d["layers"].items():
+    for t, s in enumerate(sets):
+        assert len(s) == min(k, t + 1) and s == sorted(set(s)) and s[-1] <= t, (layer, t, s)
+        assert (d["margins"][layer][t] is None) == (t + 1 <= k)
+print("top-k sets file ok")
+PY
 
 # Bad FP8 checkpoints (for the engine's refusal tests) are refused by the reference too.
 for b in missing-scale scale-shape unknown-quant-method; do
@@ -83,6 +132,14 @@ for m in fp8 fp8-shards; do
     --out "$tmp/$m.json" >/dev/null || fail "reference CLI on $m"
   $py "$tools/compare_logits.py" --model "$tmp/$m" --pagoda-json "$tmp/$m.json" --rtol 1e-10 \
     || fail "compare_logits on $m"
+done
+# V3.2 past index_topk (20 + 8 tokens > 8), exact and with the FP8 caches
+# (the JSON's kv_cache_dtype "fp8" selects the reference's FP8 cache simulation).
+for fp8c in "" --fp8-cache; do
+  $py "$tools/deepseek_reference.py" --model "$tmp/v32-fp8" --random 20 --seed 2 --greedy 8 --absorbed $fp8c \
+    --out "$tmp/v32$fp8c.json" >/dev/null || fail "reference CLI on v32-fp8 $fp8c"
+  $py "$tools/compare_logits.py" --model "$tmp/v32-fp8" --pagoda-json "$tmp/v32$fp8c.json" --rtol 1e-10 \
+    || fail "compare_logits on v32-fp8 $fp8c"
 done
 
 if [[ $failures -ne 0 ]]; then

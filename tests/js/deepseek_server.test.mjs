@@ -1,0 +1,74 @@
+// `pagoda serve` on a tiny random DeepSeek V3 checkpoint (MLA + MoE, FP8
+// block-scaled weights; written by tools/make_deepseek_checkpoint.py) with
+// the official OpenAI client: completions from token ids and text, batched
+// and streamed, equal the offline greedy tokens of `pagoda generate`.
+// Usage: node --test deepseek_server.test.mjs   (PAGODA_BINARY and PAGODA_SOURCE_DIR in the environment)
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { waitForServer } from "./server_process.mjs";
+
+const binary = process.env.PAGODA_BINARY;
+const src = process.env.PAGODA_SOURCE_DIR;
+if (!binary || !src) throw new Error("set PAGODA_BINARY and PAGODA_SOURCE_DIR");
+const dir = mkdtempSync(join(tmpdir(), "pagoda-deepseek-"));
+const model = join(dir, "model");
+const engineArgs = ["--block-size", "4", "--threads", "1"];
+
+// Greedy token ids of each prompt (lists of ids), one request at a time.
+function offlineGreedy(prompts, maxTokens) {
+  const file = join(dir, "prompts.jsonl");
+  writeFileSync(file, prompts.map((p) => JSON.stringify({ prompt_token_ids: p })).join("\n") + "\n");
+  const out = execFileSync(binary, ["generate", "--model", model, "--prompts-file", file, "--temperature", "0",
+    "--ignore-eos", "--max-tokens", String(maxTokens), "--json", "--quiet", "--max-num-seqs", "1",
+    ...engineArgs], { encoding: "utf8" });
+  return out.trim().split("\n").map((l) => JSON.parse(l));
+}
+
+let server, client;
+before(async () => {
+  execFileSync("/usr/bin/python3", [join(src, "tools/make_deepseek_checkpoint.py"), "--out", model, "--fp8",
+    "--seed", "5"], { stdio: "ignore" });
+  const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "ds", "--port", "0", ...engineArgs]);
+  server = await waitForServer(proc, 60000);
+  client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0 });
+});
+
+after(() => {
+  server?.proc.removeAllListeners("exit");
+  server?.proc.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const prompts = [[1, 45, 300, 17, 88, 102, 7, 256, 511, 3, 99, 140], [1, 45, 300, 17, 9, 9], [5, 6, 7]];
+
+test("token-id completions, one by one and batched, equal the offline greedy tokens", async () => {
+  const want = offlineGreedy(prompts, 20);
+  const req = { model: "ds", max_tokens: 20, temperature: 0, ignore_eos: true };
+  const single = await Promise.all(prompts.map((p) => client.completions.create({ ...req, prompt: p })));
+  assert.deepEqual(single.map((r) => r.choices[0].text), want.map((w) => w.text));
+  const batch = await client.completions.create({ ...req, prompt: prompts });
+  const texts = batch.choices.sort((a, b) => a.index - b.index).map((c) => c.text);
+  assert.deepEqual(texts, want.map((w) => w.text));
+  assert.deepEqual(single.map((r) => r.usage.completion_tokens), want.map((w) => w.token_ids.length));
+});
+
+test("streaming equals the whole response", async () => {
+  const [want] = offlineGreedy([prompts[0]], 24);
+  const stream = await client.completions.create({ model: "ds", prompt: prompts[0], max_tokens: 24, temperature: 0,
+    ignore_eos: true, stream: true });
+  let text = "";
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+  assert.equal(text, want.text);
+});
+
+test("a text prompt is served", async () => {
+  const r = await client.completions.create({ model: "ds", prompt: "Once upon a time", max_tokens: 8,
+    temperature: 0 });
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.ok(["length", "stop"].includes(r.choices[0].finish_reason));
+});
