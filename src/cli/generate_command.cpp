@@ -9,6 +9,7 @@
 #include "cli/prompt_file.h"
 #include "core/error.h"
 #include "engine/llm.h"
+#include "server/prompt_logprobs_json.h"
 
 namespace pagoda::cli {
 
@@ -17,6 +18,7 @@ namespace {
 struct GenerateArgs {
   std::string model;
   std::vector<std::string> prompts;
+  std::vector<std::string> prompt_token_ids;  // one comma list per prompt
   std::string prompts_file;
   bool json = false;
   bool no_progress = false;
@@ -58,6 +60,9 @@ void add_sampling_flags(CLI::App& cmd, SamplingParams& s, int64_t& seed) {
   cmd.add_flag("--ignore-eos", s.ignore_eos, "Keep generating after the EOS token");
   cmd.add_option("--logprobs", s.logprobs,
                  "Report the chosen token's logprob and the top N alternatives (JSON output)");
+  cmd.add_option("--prompt-logprobs", s.prompt_logprobs,
+                 "Report every prompt token's logprob and rank and the top N alternatives at "
+                 "each prompt position, as vLLM's prompt_logprobs (JSON output)");
 }
 
 void print_progress(size_t done, size_t total) {
@@ -95,6 +100,8 @@ nlohmann::json output_json(const RequestOutput& out, const std::string& prompt,
     }
     j["logprobs"] = lp;
   }
+  if (out.prompt_logprobs)
+    j["prompt_logprobs"] = server::prompt_logprobs_json(*out.prompt_logprobs, tok);
   return j;
 }
 
@@ -103,10 +110,15 @@ int run_generate(GenerateArgs& a) {
   a.sampling.validate();
   std::vector<Prompt> prompts;
   for (const std::string& p : a.prompts) prompts.push_back(Prompt::from_text(p));
+  for (const std::string& ids : a.prompt_token_ids)
+    prompts.push_back(parse_prompt_token_ids(ids, "--prompt-token-ids"));
   if (!a.prompts_file.empty()) {
     for (Prompt& p : read_prompt_file(a.prompts_file)) prompts.push_back(std::move(p));
   }
-  if (prompts.empty()) throw_input_error("no prompts: give --prompt TEXT or --prompts-file FILE");
+  if (prompts.empty()) {
+    throw_input_error(
+        "no prompts: give --prompt TEXT, --prompt-token-ids IDS or --prompts-file FILE");
+  }
 
   LLM llm(a.model, a.engine);
   if (!a.quiet) print_engine_summary(llm.engine());
@@ -140,6 +152,8 @@ Runner add_generate_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--prompt,-p", args->prompts, "Prompt text (repeatable)");
+  cmd->add_option("--prompt-token-ids", args->prompt_token_ids,
+                  "Prompt as token ids, e.g. 0,17,42, used as they are (repeatable)");
   cmd->add_option("--prompts-file", args->prompts_file,
                   "File of prompts: one per line, or .jsonl with \"prompt\"/\"prompt_token_ids\"")
       ->check(CLI::ExistingFile);

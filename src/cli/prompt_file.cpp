@@ -1,5 +1,6 @@
 #include "cli/prompt_file.h"
 
+#include <charconv>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +54,27 @@ std::vector<Prompt> read_prompt_file(const std::string& path) {
   }
   if (prompts.empty()) throw_input_error("prompt file '{}' has no prompts", path);
   return prompts;
+}
+
+Prompt parse_prompt_token_ids(const std::string& list, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t at = 0;
+  while (at <= list.size()) {
+    size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    size_t b = at, e = end;
+    while (b < e && list[b] == ' ') ++b;
+    while (e > b && list[e - 1] == ' ') --e;
+    int32_t id = 0;
+    const auto [ptr, ec] = std::from_chars(list.data() + b, list.data() + e, id);
+    if (b == e || ec != std::errc() || ptr != list.data() + e || id < 0) {
+      throw_input_error("{} '{}': '{}' is not a token id (a comma list of integers >= 0)", flag,
+                        list, list.substr(b, e - b));
+    }
+    ids.push_back(id);
+    at = end + 1;
+  }
+  return Prompt::from_ids(std::move(ids));
 }
 
 }  // namespace pagoda::cli

@@ -140,6 +140,8 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
                       options.block_size);
   if (options.max_num_seqs < 1) throw_input_error("max_num_seqs must be >= 1");
   if (options.max_num_batched_tokens < 1) throw_input_error("max_num_batched_tokens must be >= 1");
+  if (options.max_num_scored_prompt_tokens < 1)
+    throw_input_error("max_num_scored_prompt_tokens must be >= 1");
   PAGODA_CHECK(comm_.rank() == 0, "LLMEngine on rank {} (workers call run_worker)", comm_.rank());
 
   model_ = load_shard(model_dir, options, comm_);
@@ -163,7 +165,7 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
                                          options.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options_.block_size,
-                      options.scheduling_policy},
+                      options.scheduling_policy, options.max_num_scored_prompt_tokens},
       *kv_);
   runner_ = std::make_unique<ModelRunner>(*model_, plan, num_blocks, kv_dtype_of(*model_, options),
                                           comm_);
@@ -331,6 +333,7 @@ RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
   out.finished = r.finished();
   out.finish_reason = r.finish_reason;
   out.logprobs = r.logprobs;
+  if (r.prompt_logprobs && r.prompt_logprobs->complete()) out.prompt_logprobs = r.prompt_logprobs;
 
   RequestMetrics& m = out.metrics;
   m.num_prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
@@ -350,6 +353,34 @@ RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
   return out;
 }
 
+void LLMEngine::score_prompt_rows(const SchedulerOutput& sched) {
+  if (step_rows_.prompt_rows.empty()) return;
+  // Entries are appended here, in order, then each row fills its own entry
+  // in parallel (rows touch nothing else, so the split does not matter).
+  prompt_row_tasks_.clear();
+  for (const StepLogits::PromptRows& pr : step_rows_.prompt_rows) {
+    Request& r = *sched.scheduled[pr.request].request;
+    const size_t first = r.prompt_logprobs->extend(static_cast<size_t>(pr.count));
+    PAGODA_CHECK(static_cast<int64_t>(first) == pr.first_entry,
+                 "request {}: prompt logprob rows from entry {}, next entry is {}", r.request_id,
+                 pr.first_entry, first);
+    for (int64_t k = 0; k < pr.count; ++k) {
+      prompt_row_tasks_.push_back(
+          {&r, first + static_cast<size_t>(k), pr.first_row + static_cast<int32_t>(k)});
+    }
+  }
+  const int64_t vocab = runner_->vocab_size();
+  parallel_for(static_cast<int64_t>(prompt_row_tasks_.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const PromptRowTask& t = prompt_row_tasks_[static_cast<size_t>(i)];
+      PromptLogprobs& lp = *t.request->prompt_logprobs;
+      // Entry e scores prompt token e + 1 from the logits at position e.
+      compute_prompt_logprob(std::span<const float>(runner_->logits_row(t.row), vocab),
+                             t.request->prompt_ids[t.entry + 1], lp.top_n(), lp.slot(t.entry));
+    }
+  });
+}
+
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
   for (Request* r : aborted_) {
@@ -360,15 +391,17 @@ std::vector<RequestOutput> LLMEngine::step() {
 
   const SchedulerOutput sched = scheduler_->schedule();
   if (sched.empty()) return outputs;
-  std::vector<int32_t> sampling_rows;
-  runner_->execute(sched, &sampling_rows);
+  runner_->execute(sched, &step_rows_);
   scheduler_->on_step_done(sched);
+  score_prompt_rows(sched);
 
-  const auto rows = static_cast<int64_t>(sampling_rows.size());
+  const auto rows = static_cast<int64_t>(step_rows_.sampling_rows.size());
   auto request_of = [&](int64_t i) -> Request& {
-    return *sched.scheduled[sampling_rows[i]].request;
+    return *sched.scheduled[step_rows_.sampling_requests[i]].request;
   };
-  auto logits_of = [&](int64_t i) { return runner_->logits_row(static_cast<size_t>(i)); };
+  auto logits_of = [&](int64_t i) {
+    return runner_->logits_row(static_cast<size_t>(step_rows_.sampling_rows[i]));
+  };
   const int64_t vocab = runner_->vocab_size();
   if (logits_observer_) {
     for (int64_t i = 0; i < rows; ++i)

@@ -32,6 +32,9 @@ struct EngineOptions {
   int num_threads = 0;        // 0 = all cores
   bool enable_prefix_caching = true;
   SchedulingPolicy scheduling_policy = SchedulingPolicy::Fcfs;
+  // Tokens per step for requests scoring their prompt (prompt_logprobs),
+  // each a logits row (SchedulerConfig::max_num_scored_prompt_tokens).
+  int32_t max_num_scored_prompt_tokens = 512;
   // Ranks the model is split over (one MPI process each, launched by
   // mpirun -np N); must equal the number of processes.
   int tensor_parallel_size = 1;
@@ -84,6 +87,10 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::vector<SampledToken> logprobs;  // all so far, when requested
+  // When params.prompt_logprobs >= 0: every prompt position's entry, set
+  // once the whole prompt is scored (null before, and for an abort before).
+  // Shared and immutable, so every later output carries it without a copy.
+  std::shared_ptr<const PromptLogprobs> prompt_logprobs;
   RequestMetrics metrics;
 };
 
@@ -142,6 +149,8 @@ class LLMEngine {
   void init_after_load(const std::string& model_dir, const EngineOptions& options,
                        int64_t* num_blocks, KVCachePlan* plan);
   void append_token(Request& r, const SampledToken& sampled);
+  // Fills the prompt logprob entries whose logits rows this step computed.
+  void score_prompt_rows(const SchedulerOutput& sched);
   RequestOutput make_output(Request& r, size_t num_new_tokens);
   void finish(Request& r, FinishReason reason);
 
@@ -157,6 +166,14 @@ class LLMEngine {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<Request*> aborted_;  // reported by the next step()
   LogitsObserver logits_observer_;
+  // Per-step scratch, kept to reuse its memory.
+  StepLogits step_rows_;
+  struct PromptRowTask {
+    Request* request;
+    size_t entry;
+    int32_t row;
+  };
+  std::vector<PromptRowTask> prompt_row_tasks_;
 };
 
 }  // namespace pagoda

@@ -78,14 +78,14 @@ ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan, int64_t num_b
   batch_.kv_groups.resize(plan_.groups.size());
 }
 
-void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* sampling_rows) {
+void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
   BatchMetadata& b = batch_;
   b.token_ids.clear();
   b.positions.clear();
   b.query_start_loc.assign(1, 0);
   b.seq_lens.clear();
   b.logits_indices.clear();
-  sampling_rows->clear();
+  rows->clear();
 
   const size_t num_groups = plan_.groups.size();
   for (size_t g = 0; g < num_groups; ++g) {
@@ -118,9 +118,33 @@ void ModelRunner::execute(const SchedulerOutput& out, std::vector<int32_t>* samp
     }
     b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.seq_lens.push_back(static_cast<int32_t>(end));
+    // One past this request's last token in the flattened batch: position
+    // pos is token batch_end - (end - pos).
+    const auto batch_end = static_cast<int32_t>(b.token_ids.size());
+    if (r.scoring_prompt()) {
+      // Entry e comes from position e; entries are filled in order and a
+      // prefix-cache hit never skips positions (Scheduler), so this chunk
+      // starts at or before the first unfilled entry.
+      const auto filled = static_cast<int64_t>(r.prompt_logprobs->size());
+      PAGODA_CHECK(start <= filled, "request {} computes from {} with prompt logprobs up to {}",
+                   r.request_id, start, filled);
+      // Positions [filled, to) still lack entries; the last prompt position
+      // predicts the first output token, which its sampling row handles.
+      const int64_t from = filled;
+      const int64_t to = std::min<int64_t>(end, static_cast<int64_t>(r.prompt_ids.size()) - 1);
+      if (from < to) {
+        rows->prompt_rows.push_back({static_cast<int32_t>(i),
+                                     static_cast<int32_t>(b.logits_indices.size()), from,
+                                     to - from});
+        for (int64_t pos = from; pos < to; ++pos) {
+          b.logits_indices.push_back(static_cast<int32_t>(batch_end - (end - pos)));
+        }
+      }
+    }
     if (end == r.num_tokens()) {  // prompt (or recompute) done: this row samples
-      b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size() - 1));
-      sampling_rows->push_back(static_cast<int32_t>(i));
+      rows->sampling_requests.push_back(static_cast<int32_t>(i));
+      rows->sampling_rows.push_back(static_cast<int32_t>(b.logits_indices.size()));
+      b.logits_indices.push_back(batch_end - 1);
     }
   }
   logits_.resize(b.logits_indices.size() * vocab_size_);

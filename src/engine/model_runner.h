@@ -13,6 +13,28 @@
 
 namespace pagoda {
 
+// What each logits row of a step is for. Rows of one request are
+// consecutive: its prompt-scoring rows, then its sampling row.
+struct StepLogits {
+  // Requests that sample (index in SchedulerOutput::scheduled) and their row.
+  std::vector<int32_t> sampling_requests, sampling_rows;
+  // Rows that score prompt positions (prompt_logprobs): `count` consecutive
+  // positions of one request, filling its entries from `first_entry` on
+  // (entry i comes from position i), in rows [first_row, first_row + count).
+  struct PromptRows {
+    int32_t request = 0;
+    int32_t first_row = 0;
+    int64_t first_entry = 0;
+    int64_t count = 0;
+  };
+  std::vector<PromptRows> prompt_rows;
+  void clear() {
+    sampling_requests.clear();
+    sampling_rows.clear();
+    prompt_rows.clear();
+  }
+};
+
 class ModelRunner {
  public:
   // `comm` is the tensor-parallel group (size 1: everything local). Every
@@ -22,12 +44,15 @@ class ModelRunner {
   ModelRunner(CausalLM& model, const KVCachePlan& plan, int64_t num_blocks, DType kv_dtype,
               parallel::Communicator& comm);
 
-  // Runs one step. For each scheduled request that reaches the end of its
-  // known tokens this step, `sampling_rows` gets its index in `out.scheduled`
-  // and logits_row(i) holds its logits, in the same order. Under tensor
+  // Runs one step. Each scheduled request that reaches the end of its known
+  // tokens this step gets a sampling row; one that still scores its prompt
+  // (Request::scoring_prompt) also gets a row for every prompt position it
+  // computes whose entry is not filled yet (so a recompute after preemption
+  // adds none twice), and only those requests pay the LM head for more than
+  // one row. `rows` says which logits_row(i) is which. Under tensor
   // parallelism (rank 0 only) the step's batch is broadcast to the workers
   // first.
-  void execute(const SchedulerOutput& out, std::vector<int32_t>* sampling_rows);
+  void execute(const SchedulerOutput& out, StepLogits* rows);
 
   // Tensor parallel ranks > 0: run the steps rank 0 broadcasts until it
   // sends shutdown. Returns the number of steps run.

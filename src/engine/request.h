@@ -49,6 +49,9 @@ struct Request {
   std::string output_text;
   size_t num_text_bytes_sent = 0;      // streamed so far (see LLMEngine::step)
   std::vector<SampledToken> logprobs;  // one per output token when params.logprobs >= 0
+  // Filled while the prompt is computed when params.prompt_logprobs >= 0
+  // (null otherwise); shared with outputs once complete (never changed then).
+  std::shared_ptr<PromptLogprobs> prompt_logprobs;
 
   Clock::time_point arrival_time = Clock::now();
   Clock::time_point first_token_time{};
@@ -60,6 +63,9 @@ struct Request {
     return i < p ? prompt_ids[i] : output_ids[i - p];
   }
   bool finished() const { return status == RequestStatus::Finished; }
+  // Still needs logits rows of prompt positions: such a request must compute
+  // its prompt rather than take it from the prefix cache.
+  bool scoring_prompt() const { return prompt_logprobs && !prompt_logprobs->complete(); }
   // Prompt followed by the output so far (what a recompute must cover).
   std::vector<int32_t> all_tokens() const {
     std::vector<int32_t> t = prompt_ids;

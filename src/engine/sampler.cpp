@@ -4,7 +4,6 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
-#include <numeric>
 #include <unordered_map>
 
 namespace pagoda {
@@ -40,25 +39,71 @@ int32_t argmax(std::span<const float> x) {
   return 0;  // every logit NaN (or -inf): the first id, as before
 }
 
-// Raw logprobs of the chosen token and the top n (best first, ties by id).
-void fill_logprobs(std::span<const float> logits, int n, SampledToken& out) {
+// log(sum(exp(logits))): the log-softmax normalizer, summed in double so a
+// large vocabulary of small terms loses nothing.
+float log_partition(std::span<const float> logits) {
   float mx = kNegInf;
   for (float v : logits) mx = std::max(mx, v);
   double sum = 0;
   for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-  const auto log_z = static_cast<float>(mx + std::log(sum));
+  return static_cast<float>(mx + std::log(sum));
+}
+
+// The ids of the n largest logits, best first, ties to the lower id (NaNs
+// never chosen); returns how many were found (fewer than n only when the
+// vocabulary is smaller). One pass keeping a sorted buffer of n: n is at
+// most 20, so after the first few ids a logit costs one compare, where
+// sorting an index array of the whole vocabulary wrote and moved every id.
+size_t top_ids(std::span<const float> logits, int n, int32_t* ids) {
+  if (n <= 0) return 0;
+  size_t count = 0;
+  const auto cap = static_cast<size_t>(n);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float v = logits[i];
+    if (count == cap ? !(v > logits[ids[cap - 1]]) : std::isnan(v)) continue;
+    // Ids arrive in increasing order, so an equal logit already kept stays first.
+    size_t j = count < cap ? count++ : cap - 1;
+    for (; j > 0 && logits[ids[j - 1]] < v; --j) ids[j] = ids[j - 1];
+    ids[j] = static_cast<int32_t>(i);
+  }
+  return count;
+}
+
+// Raw logprobs of the chosen token and the top n (best first, ties by id).
+void fill_logprobs(std::span<const float> logits, int n, SampledToken& out) {
+  const float log_z = log_partition(logits);
   out.logprob = logits[out.token] - log_z;
   thread_local std::vector<int32_t> ids;
-  ids.resize(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  const auto count = std::min<size_t>(n, ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(count), ids.end(),
-                    [&](int32_t a, int32_t b) {
-                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-                    });
+  ids.resize(static_cast<size_t>(std::max(n, 0)));
+  const size_t count = top_ids(logits, n, ids.data());
   out.top_logprobs.clear();
   for (size_t i = 0; i < count; ++i) out.top_logprobs.emplace_back(ids[i], logits[ids[i]] - log_z);
 }
+
+}  // namespace
+
+int32_t logit_rank(std::span<const float> logits, int32_t token) {
+  const float t = logits[token];
+  int32_t at_least = 0;
+  for (float v : logits) at_least += v >= t ? 1 : 0;
+  return at_least;
+}
+
+void compute_prompt_logprob(std::span<const float> logits, int32_t token, int top_n,
+                            PromptLogprobs::Slot slot) {
+  const float log_z = log_partition(logits);
+  *slot.token = token;
+  *slot.logprob = logits[token] - log_z;
+  *slot.rank = logit_rank(logits, token);
+  const size_t count = top_ids(logits, top_n, slot.top_ids);
+  for (size_t i = 0; i < count; ++i) slot.top_logprobs[i] = logits[slot.top_ids[i]] - log_z;
+  for (size_t i = count; i < static_cast<size_t>(std::max(top_n, 0)); ++i) {
+    slot.top_ids[i] = -1;  // a vocabulary smaller than top_n
+    slot.top_logprobs[i] = kNegInf;
+  }
+}
+
+namespace {
 
 void apply_penalties(std::span<float> logits, const SamplingParams& p,
                      std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids) {

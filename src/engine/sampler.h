@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/prompt_logprobs.h"
 #include "engine/sampling_params.h"
 
 namespace pagoda {
@@ -37,5 +38,16 @@ class SequenceRng {
 SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
                           std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                           std::span<const int32_t> stop_ids, SequenceRng& rng);
+
+// How many ids have a logit >= logits[token]: the token's 1-based rank as
+// vLLM counts it (ties rank it after its equals).
+int32_t logit_rank(std::span<const float> logits, int32_t token);
+
+// One prompt_logprobs entry from the raw logits row of the position before
+// `token`: its logprob (log_softmax, no temperature or penalties, as vLLM's
+// default raw_logprobs mode), its rank and the top_n ids with logprobs
+// (best first, ties by lower id; id -1 past a vocabulary smaller than top_n).
+void compute_prompt_logprob(std::span<const float> logits, int32_t token, int top_n,
+                            PromptLogprobs::Slot slot);
 
 }  // namespace pagoda

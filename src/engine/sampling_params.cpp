@@ -28,6 +28,8 @@ void SamplingParams::validate() const {
   }
   if (logprobs < -1 || logprobs > 20)
     throw_input_error("logprobs must be in [0, 20], got {}", logprobs);
+  if (prompt_logprobs < -1 || prompt_logprobs > 20)
+    throw_input_error("prompt_logprobs must be in [0, 20], got {}", prompt_logprobs);
   for (const std::string& s : stop) {
     if (s.empty()) throw_input_error("stop strings must not be empty");
   }

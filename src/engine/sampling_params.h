@@ -23,6 +23,12 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // extra stop ids (EOS is implicit)
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; N >= 0: logprob of the chosen token + top N
+  // vLLM's prompt_logprobs. -1: none; N >= 0: for every prompt position
+  // after the first, the prompt token's logprob and rank under the raw model
+  // distribution, plus the top N (engine/prompt_logprobs.h). Such a request
+  // does not read the prefix cache until its prompt is scored, since a cache
+  // hit skips the positions whose logits it needs (as vLLM does).
+  int prompt_logprobs = -1;
   bool skip_special_tokens = true;
   // Scheduling priority, as in vLLM: lower values are admitted first and
   // preempted last. Only with SchedulingPolicy::Priority; 0 otherwise.

@@ -37,8 +37,10 @@ bool Scheduler::ensure_blocks(Request* request, int64_t num_tokens) {
   return kv_.allocate(request->kv, request->num_computed_tokens, num_tokens);
 }
 
-int64_t Scheduler::tokens_to_schedule(const Request* request, int64_t budget) const {
-  return std::min(request->num_tokens() - request->num_computed_tokens, budget);
+int64_t Scheduler::tokens_to_schedule(const Request* request, int64_t budget,
+                                      int64_t scoring_budget) const {
+  const int64_t n = std::min(request->num_tokens() - request->num_computed_tokens, budget);
+  return request->scoring_prompt() ? std::min(n, scoring_budget) : n;
 }
 
 void Scheduler::preempt(Request* request) {
@@ -57,6 +59,7 @@ void Scheduler::preempt(Request* request) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
+  int64_t scoring_budget = config_.max_num_scored_prompt_tokens;
   if (config_.policy == SchedulingPolicy::Priority) {
     // Equal priorities keep admission order, so the back is the victim.
     std::stable_sort(running_.begin(), running_.end(), [](const Request* a, const Request* b) {
@@ -67,7 +70,11 @@ SchedulerOutput Scheduler::schedule() {
   // Running requests, oldest first; the newest are preempted to make room.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const int64_t n = tokens_to_schedule(r, budget);
+    const int64_t n = tokens_to_schedule(r, budget, scoring_budget);
+    if (n == 0) {  // the scoring cap is spent: this one waits a step
+      ++i;
+      continue;
+    }
     bool scheduled = true;
     while (!ensure_blocks(r, r->num_computed_tokens + n)) {
       Request* victim = running_.back();
@@ -82,6 +89,7 @@ SchedulerOutput Scheduler::schedule() {
     if (!scheduled) break;
     out.scheduled.push_back({r, n});
     budget -= n;
+    if (r->scoring_prompt()) scoring_budget -= n;
     ++i;
   }
 
@@ -90,11 +98,16 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
-    if (r->num_computed_tokens == 0) {  // skip whatever the prefix cache already holds
+    // Skip whatever the prefix cache already holds, except for a request
+    // that still scores its prompt (prompt_logprobs): a hit would skip the
+    // positions whose logits it reports. Its blocks are still cached after
+    // each step (on_step_done) for the requests that follow.
+    if (r->num_computed_tokens == 0 && !r->scoring_prompt()) {
       r->num_computed_tokens = kv_.take_cached_prefix(r->kv, r->all_tokens());
       if (!r->admitted_before) r->num_cached_tokens = r->num_computed_tokens;
     }
-    const int64_t n = tokens_to_schedule(r, budget);
+    const int64_t n = tokens_to_schedule(r, budget, scoring_budget);
+    if (n == 0) break;  // the scoring cap is spent; admission stays in order
     if (!ensure_blocks(r, r->num_computed_tokens + n)) {
       kv_.free(r->kv);  // give the prefix hits back; retry next step
       r->num_computed_tokens = 0;
@@ -106,6 +119,7 @@ SchedulerOutput Scheduler::schedule() {
     running_.push_back(r);
     out.scheduled.push_back({r, n});
     budget -= n;
+    if (r->scoring_prompt()) scoring_budget -= n;
   }
   return out;
 }

@@ -26,6 +26,11 @@ struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;
   int32_t block_size = 16;
   SchedulingPolicy policy = SchedulingPolicy::Fcfs;
+  // Most tokens a step computes for requests that score their prompt
+  // (prompt_logprobs): each such token is a logits row of vocab_size floats
+  // (2048 rows of a 151936 vocabulary would be 1.2 GiB), so their chunks
+  // share this cap on top of the token budget.
+  int32_t max_num_scored_prompt_tokens = 512;
 };
 
 struct ScheduledRequest {
@@ -62,8 +67,9 @@ class Scheduler {
  private:
   // Makes sure the request has blocks for `num_tokens` tokens.
   bool ensure_blocks(Request* request, int64_t num_tokens);
-  // Tokens the request still has to compute, capped by the step budget.
-  int64_t tokens_to_schedule(const Request* request, int64_t budget) const;
+  // Tokens the request still has to compute, capped by the step budget
+  // (and, while it scores its prompt, by what is left of the scoring cap).
+  int64_t tokens_to_schedule(const Request* request, int64_t budget, int64_t scoring_budget) const;
   void preempt(Request* request);
   // Inserts into waiting_ after every request that goes before it.
   void insert_waiting_by_priority(Request* request);

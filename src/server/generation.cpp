@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
+#include "server/prompt_logprobs_json.h"
 
 namespace pagoda::server {
 
@@ -54,6 +55,13 @@ Json logprobs_json(GenerationContext& ctx, bool chat, const std::vector<SampledT
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}};
 }
 
+// An aborted request never finished scoring its prompt: null, as vLLM
+// leaves prompt_logprobs unset when it has none.
+Json prompt_logprobs_of(GenerationContext& ctx, const RequestOutput& out) {
+  if (!out.prompt_logprobs) return Json();
+  return prompt_logprobs_json(*out.prompt_logprobs, ctx.engine.tokenizer());
+}
+
 }  // namespace
 
 Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req,
@@ -78,6 +86,8 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
   sub.chat = req.chat;
   sub.top_logprobs = req.top_logprobs;
   sub.include_usage = req.include_usage;
+  sub.return_token_ids = req.return_token_ids;
+  sub.prompt_logprobs = req.prompt_logprobs >= 0 && !req.stream;
   sub.n = req.n;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const auto len = static_cast<int64_t>(prompts[p].size());
@@ -108,6 +118,8 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
       SamplingParams params = req.sampling;
       params.max_tokens = static_cast<int>(max_tokens);
       params.logprobs = req.top_logprobs;
+      // Scored only when the response carries them (streams do not).
+      params.prompt_logprobs = sub.prompt_logprobs ? req.prompt_logprobs : -1;
       if (params.seed)
         params.seed = *params.seed + static_cast<uint64_t>(c);  // distinct choices, reproducible
       const std::string rid = id + "-" + std::to_string(p) + "-" + std::to_string(c);
@@ -126,6 +138,7 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
 Json collect_response(GenerationContext& ctx, Submitted& sub) {
   Json choices = Json::array();
   int64_t completion_tokens = 0;
+  std::optional<RequestOutput> first;  // choice 0's final output (a chat's prompt fields)
   for (size_t i = 0; i < sub.streams.size(); ++i) {
     std::optional<RequestOutput> last;
     while (!last || !last->finished) {
@@ -142,19 +155,31 @@ Json collect_response(GenerationContext& ctx, Submitted& sub) {
     } else {
       choice["text"] = last->text;
     }
+    if (sub.return_token_ids) choice["token_ids"] = last->token_ids;
+    // Completions put the prompt's fields in each choice (its prompt may
+    // differ from the other choices'); a chat has one prompt, so vLLM puts
+    // them at the top of the response (filled below).
+    if (!sub.chat && sub.return_token_ids) choice["prompt_token_ids"] = last->prompt_ids;
+    if (!sub.chat && sub.prompt_logprobs)
+      choice["prompt_logprobs"] = prompt_logprobs_of(ctx, *last);
+    if (i == 0) first = std::move(last);
     choices.push_back(choice);
   }
   int64_t prompt_tokens = 0;
   for (int64_t t : sub.prompt_tokens) prompt_tokens += t;
-  return {{"id", sub.id},
-          {"object", sub.chat ? "chat.completion" : "text_completion"},
-          {"created", sub.created},
-          {"model", ctx.model_name},
-          {"choices", choices},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+  Json response = {{"id", sub.id},
+                   {"object", sub.chat ? "chat.completion" : "text_completion"},
+                   {"created", sub.created},
+                   {"model", ctx.model_name},
+                   {"choices", choices},
+                   {"usage",
+                    {{"prompt_tokens", prompt_tokens},
+                     {"completion_tokens", completion_tokens},
+                     {"total_tokens", prompt_tokens + completion_tokens}}}};
+  if (sub.chat && sub.prompt_logprobs)
+    response["prompt_logprobs"] = prompt_logprobs_of(ctx, *first);
+  if (sub.chat && sub.return_token_ids) response["prompt_token_ids"] = first->prompt_ids;
+  return response;
 }
 
 EventStream::~EventStream() { abort_all("stream closed"); }
@@ -176,23 +201,34 @@ std::string EventStream::chunk_for(size_t choice, const RequestOutput& out) {
                       ? logprobs_json(ctx_, sub_.chat, out.logprobs,
                                       out.logprobs.size() - out.new_token_ids.size())
                       : Json();
+  const bool first = !sent_first_[choice];
+  sent_first_[choice] = true;
   if (sub_.chat) {
     Json delta = Json::object();
-    if (!sent_role_[choice]) {
-      delta["role"] = "assistant";
-      sent_role_[choice] = true;
-    }
+    if (first) delta["role"] = "assistant";
     if (!out.new_text.empty() || !out.finished) delta["content"] = out.new_text;
     c["delta"] = delta;
   } else {
     c["text"] = out.new_text;
   }
-  const Json chunk = {{"id", sub_.id},
-                      {"object", sub_.chat ? "chat.completion.chunk" : "text_completion"},
-                      {"created", sub_.created},
-                      {"model", ctx_.model_name},
-                      {"choices", Json::array({c})}};
+  // As vLLM streams them: each chunk the ids it adds, and a choice's first
+  // chunk the prompt's (in the choice for completions, at the top for chat).
+  if (sub_.return_token_ids) c["token_ids"] = out.new_token_ids;
+  if (sub_.return_token_ids && first && !sub_.chat) c["prompt_token_ids"] = out.prompt_ids;
+  Json chunk = {{"id", sub_.id},
+                {"object", sub_.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", sub_.created},
+                {"model", ctx_.model_name},
+                {"choices", Json::array({c})}};
+  if (sub_.return_token_ids && first && sub_.chat) chunk["prompt_token_ids"] = out.prompt_ids;
   return "data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+bool EventStream::sends(const RequestOutput& out) const {
+  // Text held back (a possible stop string, an incomplete character) still
+  // carries logprobs and token ids the client asked for.
+  return !out.new_text.empty() || out.finished || sub_.top_logprobs >= 0 ||
+         (sub_.return_token_ids && !out.new_token_ids.empty());
 }
 
 std::string EventStream::next_events(bool* finished, std::chrono::milliseconds wait) {
@@ -206,7 +242,7 @@ std::string EventStream::next_events(bool* finished, std::chrono::milliseconds w
     while (!done_[i]) {
       auto out = sub_.streams[i]->next(0ms);
       if (!out) break;
-      if (out->new_text.empty() && !out->finished && sub_.top_logprobs < 0) continue;
+      if (!sends(*out)) continue;
       events += chunk_for(i, *out);
       completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
       if (out->finished) {
@@ -240,8 +276,7 @@ std::string EventStream::next_events(bool* finished, std::chrono::milliseconds w
     for (size_t i = 0; i < sub_.streams.size(); ++i) {
       if (done_[i]) continue;
       if (auto out = sub_.streams[i]->next(wait)) {
-        if (!out->new_text.empty() || out->finished || sub_.top_logprobs >= 0)
-          events += chunk_for(i, *out);
+        if (sends(*out)) events += chunk_for(i, *out);
         completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
         if (out->finished) {
           done_[i] = true;

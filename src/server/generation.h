@@ -30,6 +30,8 @@ struct Submitted {
   bool chat = false;
   int top_logprobs = -1;
   bool include_usage = false;
+  bool return_token_ids = false;  // vLLM's prompt_token_ids / token_ids fields
+  bool prompt_logprobs = false;   // vLLM's prompt_logprobs field (not streamed)
   std::vector<std::shared_ptr<AsyncEngine::Stream>> streams;
   std::vector<std::string> request_ids;
   std::vector<int64_t> prompt_tokens;  // per prompt
@@ -53,7 +55,7 @@ class EventStream {
       : ctx_(ctx),
         sub_(std::move(sub)),
         done_(sub_.streams.size(), false),
-        sent_role_(sub_.streams.size(), false) {}
+        sent_first_(sub_.streams.size(), false) {}
   ~EventStream();
   std::string next_events(bool* finished,
                           std::chrono::milliseconds wait = std::chrono::milliseconds(50));
@@ -62,10 +64,13 @@ class EventStream {
 
  private:
   std::string chunk_for(size_t choice, const RequestOutput& out);
+  // Whether an output is worth a chunk (not an empty text delta).
+  bool sends(const RequestOutput& out) const;
   GenerationContext& ctx_;
   Submitted sub_;
   std::vector<bool> done_;
-  std::vector<bool> sent_role_;
+  // A choice's first chunk carries the chat role and the prompt ids.
+  std::vector<bool> sent_first_;
   int64_t completion_tokens_ = 0;
   bool finished_ = false;
 };

@@ -172,11 +172,11 @@ void refuse_unimplemented(const Json& j, int n) {
     f.boolean("use_beam_search", beam);
     if (beam) throw f.error("use_beam_search", "is not supported");
   }
-  // Constrained decoding (vLLM's guided_* and structured_outputs), prompt
-  // logprobs, and a template sent with the request (vLLM refuses one unless
-  // started with --trust-request-chat-template).
-  for (const char* key : {"prompt_logprobs", "guided_json", "guided_regex", "guided_choice",
-                          "guided_grammar", "structured_outputs", "chat_template"}) {
+  // Constrained decoding (vLLM's guided_* and structured_outputs), and a
+  // template sent with the request (vLLM refuses one unless started with
+  // --trust-request-chat-template).
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                          "structured_outputs", "chat_template"}) {
     if (f.has(key)) throw f.error(key, "is not supported");
   }
   // "required" or a named function needs constrained decoding too.
@@ -234,6 +234,14 @@ void parse_common(const Json& j, GenerationRequest& r) {
     if (!r.stream && !so.empty())
       throw bad_request("stream_options is only allowed with stream: true", "stream_options");
   }
+  f.boolean("return_token_ids", r.return_token_ids);
+  // vLLM's range (its default max_logprobs is 20, which also rules out -1,
+  // "the whole vocabulary"). As in vLLM, streamed chunks carry no prompt
+  // logprobs, so asking for some with stream is refused rather than ignored
+  // (0 asks for none beyond the prompt token's own and is accepted).
+  f.integer("prompt_logprobs", r.prompt_logprobs, 0, 20);
+  if (r.stream && r.prompt_logprobs > 0)
+    throw f.error("prompt_logprobs", "is not available with stream: true");
   refuse_unimplemented(j, r.n);
 }
 

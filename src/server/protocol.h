@@ -41,7 +41,11 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
-  int top_logprobs = -1;    // -1: no logprobs requested
+  int top_logprobs = -1;  // -1: no logprobs requested
+  // vLLM extensions: the prompt's and each choice's token ids in the
+  // response, and prompt_logprobs (top N per prompt position; -1: none).
+  bool return_token_ids = false;
+  int prompt_logprobs = -1;
   SamplingParams sampling;  // max_tokens filled in later
 };
 

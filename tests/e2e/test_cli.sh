@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The `pagoda` command line: help, the demo, JSON output, prompt files,
+# The `pagoda` command line: help, the demo, JSON output, prompt files and
+# token-id prompts with prompt logprobs (against `pagoda logits`),
 # clear errors with exit code 2 for bad input, bench latency without a
 # decode step, which weights are repacked (--no-repack), --isa on a CPU
 # without those kernels, and --max-model-len past the model's positions.
@@ -43,12 +44,53 @@ assert rows[0]["token_ids"] == rows[2]["token_ids"], "text and id prompts disagr
 assert all(len(r["token_ids"]) == 8 and r["finish_reason"] == "length" for r in rows)
 PY
 
+# --prompt-token-ids: the ids used as they are, as a prompt file's
+# prompt_token_ids are. --prompt-logprobs 3: vLLM's prompt_logprobs, checked
+# against `pagoda logits` (a different command: the sampling row after each
+# prefix of the prompt), with log_softmax, rank and top 3 computed here.
+"$pagoda" generate --model "$model" --prompt-token-ids 1,403,407,261,378 --max-tokens 8 \
+  --temperature 0 --prompt-logprobs 3 --json >"$tmp/ids.json" 2>/dev/null || fail "--prompt-token-ids generate failed"
+for k in 1 2 3 4; do
+  prefix=$(echo 1,403,407,261,378 | cut -d, -f1-$k)
+  "$pagoda" logits --model "$model" --prompt-ids "$prefix" --max-tokens 1 --out "$tmp/logits$k.json" 2>/dev/null \
+    || fail "logits for prefix $prefix failed"
+done
+/usr/bin/python3 - "$tmp" <<'PY' || fail "--prompt-token-ids / --prompt-logprobs check"
+import json, math, sys
+tmp = sys.argv[1]
+row = json.loads(open(f"{tmp}/ids.json").readline())
+ref = [json.loads(l) for l in open(f"{tmp}/json")][2]  # the same ids from the prompt file
+ids = row["prompt_token_ids"]
+assert ids == [1, 403, 407, 261, 378], ids
+assert row["token_ids"] == ref["token_ids"], (row["token_ids"], ref["token_ids"])
+pl = row["prompt_logprobs"]
+assert len(pl) == len(ids) and pl[0] is None, pl
+for k in range(1, len(ids)):
+    logits = json.load(open(f"{tmp}/logits{k}.json"))["logits"][0]
+    mx = max(logits)
+    log_z = mx + math.log(sum(math.exp(v - mx) for v in logits))
+    top = sorted(range(len(logits)), key=lambda i: (-logits[i], i))[:3]
+    entry, tok = pl[k], ids[k]
+    assert set(entry) == {str(tok), *map(str, top)}, (k, entry, top)
+    for i in {tok, *top}:
+        e = entry[str(i)]
+        assert abs(e["logprob"] - (logits[i] - log_z)) < 1e-4, (k, i, e)
+        assert isinstance(e["decoded_token"], str), e
+    assert entry[str(tok)]["rank"] == sum(v >= logits[tok] for v in logits), (k, entry)
+    for r, i in enumerate(top):
+        assert entry[str(i)]["rank"] == r + 1, (k, i, entry)
+PY
+
 # Bad input: clear message, exit code 2.
 expect_exit 2 "model" -- "$pagoda" generate --prompt hi
 expect_exit 2 "top-p\|top_p" -- "$pagoda" generate --model "$model" --prompt hi --top-p 0
 expect_exit 2 "temperature" -- "$pagoda" generate --model "$model" --prompt hi --temperature -1
 expect_exit 2 "max" -- "$pagoda" generate --model "$model" --prompt hi --max-tokens 0
 expect_exit 2 "no prompts" -- "$pagoda" generate --model "$model"
+expect_exit 2 "prompt-token-ids '1,x'" -- "$pagoda" generate --model "$model" --prompt-token-ids 1,x
+expect_exit 2 "prompt-token-ids" -- "$pagoda" generate --model "$model" --prompt-token-ids 1,,2
+expect_exit 2 "vocabulary" -- "$pagoda" generate --model "$model" --prompt-token-ids 1,99999
+expect_exit 2 "prompt_logprobs" -- "$pagoda" generate --model "$model" --prompt hi --prompt-logprobs 21
 expect_exit 2 "max-tokens" -- "$pagoda" generate --model "$model" --prompt hi --max-tokens abc
 expect_exit 2 "unknown\|not expected\|extra" -- "$pagoda" generate --model "$model" --prompt hi --bogus-flag
 expect_exit 2 "Directory\|directory" -- "$pagoda" generate --model /nonexistent --prompt hi

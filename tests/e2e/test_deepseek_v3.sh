@@ -73,10 +73,10 @@ cat >"$tmp/prompts.jsonl" <<'JSONL'
 {"prompt_token_ids": [5, 6, 7]}
 {"prompt_token_ids": [1, 45, 300, 17, 88, 102, 7, 256, 511, 3, 99, 140, 12, 33, 34, 35, 36, 37, 38]}
 JSONL
-gen() {  # gen OUT [args...]: token ids of every prompt, one line each; OUT.stats: cached, preempted
-  local out=$1
-  shift
-  "$pagoda" generate --model "$tmp/f32" --prompts-file "$tmp/prompts.jsonl" --max-tokens 24 \
+gen() {  # gen MODEL OUT [args...]: token ids of every prompt, one line each; OUT.stats: cached, preempted
+  local model=$1 out=$2
+  shift 2
+  "$pagoda" generate --model "$model" --prompts-file "$tmp/prompts.jsonl" --max-tokens 24 \
     --temperature 0 --ignore-eos --json --block-size 4 "$@" >"$out.jsonl" 2>"$out.err" ||
     fail "generate $*: $(tail -3 "$out.err")"
   $py - "$out.jsonl" "$out" <<'PY'
@@ -88,26 +88,72 @@ preempted = sum(r["metrics"]["preemptions"] for r in rows)
 open(sys.argv[2] + ".stats", "w").write(f"{cached} {preempted}\n")
 PY
 }
-gen "$tmp/batch" --max-num-seqs 4
-gen "$tmp/alone" --max-num-seqs 1 --no-prefix-caching
-# One at a time with the prefix cache: later prompts hit earlier blocks.
-gen "$tmp/cached" --max-num-seqs 1
-gen "$tmp/chunked" --max-num-seqs 4 --max-num-batched-tokens 3
-# 12 blocks of 4 tokens: fewer than the 4 requests need together (their
-# prompts + 24 tokens need 7-11 blocks each), so some are preempted.
-entry_bytes=$($py -c "import json; c=json.load(open('$tmp/f32/config.json')); print((c['kv_lora_rank']+c['qk_rope_head_dim'])*4*c['num_hidden_layers'])")
-gen "$tmp/preempted" --max-num-seqs 4 --max-model-len 48 --kv-cache-memory $((entry_bytes * 4 * 12))
-for run in batch cached chunked preempted; do
-  if ! cmp -s "$tmp/alone" "$tmp/$run"; then
-    fail "greedy tokens of the '$run' run differ from each request alone:"
-    diff "$tmp/alone" "$tmp/$run" | head -6
-  fi
+invariants() {  # invariants NAME: the engine invariants on checkpoint $tmp/NAME
+  local model=$tmp/$1 o=$tmp/$1-gen
+  gen "$model" "$o.batch" --max-num-seqs 4
+  gen "$model" "$o.alone" --max-num-seqs 1 --no-prefix-caching
+  # One at a time with the prefix cache: later prompts hit earlier blocks.
+  gen "$model" "$o.cached" --max-num-seqs 1
+  gen "$model" "$o.chunked" --max-num-seqs 4 --max-num-batched-tokens 3
+  # 12 blocks of 4 tokens: fewer than the 4 requests need together (their
+  # prompts + 24 tokens need 7-11 blocks each), so some are preempted.
+  local bytes_per_token
+  bytes_per_token=$($py -c "import json; c=json.load(open('$model/config.json')); print((c['kv_lora_rank'] + c['qk_rope_head_dim'] + c.get('index_head_dim', 0)) * 4 * c['num_hidden_layers'])")
+  gen "$model" "$o.preempted" --max-num-seqs 4 --max-model-len 48 \
+    --kv-cache-memory $((bytes_per_token * 4 * 12))
+  for run in batch cached chunked preempted; do
+    if ! cmp -s "$o.alone" "$o.$run"; then
+      fail "$1: greedy tokens of the '$run' run differ from each request alone:"
+      diff "$o.alone" "$o.$run" | head -6
+    fi
+  done
+  [[ -s $o.alone ]] || fail "$1: no generate output"
+  local cached preempted
+  read -r cached _ <"$o.cached.stats"
+  [[ ${cached:-0} -gt 0 ]] || fail "$1: the cached run had no prefix-cache hit (${cached:-none})"
+  read -r _ preempted <"$o.preempted.stats"
+  [[ ${preempted:-0} -gt 0 ]] || fail "$1: the small-pool run preempted nothing (${preempted:-none})"
+}
+invariants f32
+
+# ---- DeepSeek V3.2: lightning indexer + top-k sparse MLA -----------------
+# index_topk 8 and 90 prompt tokens + 24 decode steps: every query past
+# position 8 attends to a strict subset (T > 10 x index_topk). The prompt's
+# top-k choices have clear margins in the reference (checked below, so a
+# float-noise flip cannot make the comparison flaky).
+make_ckpt v32 --arch v32 --dtype f32 --seed 1
+make_ckpt v32-fp8 --arch v32 --fp8 --seed 1
+make_ckpt v32-dense --arch v32 --dtype f32 --seed 1 --index-topk 512
+make_ckpt v3-same --dtype f32 --seed 1
+prompt=$($py -c "import random; r = random.Random(7); print(','.join(str(r.randrange(512)) for _ in range(90)))")
+margins=$($py "$tools/deepseek_reference.py" --model "$tmp/v32" --ids "$prompt" --check-margins --min-margin 1e-5 2>&1)
+[[ $? -eq 0 ]] || fail "the V3.2 test prompt's top-k margins are not clear: $margins"
+check v32-block16 v32 1e-4 --block-size 16
+check v32-block64 v32 1e-4
+# Prefill chunks of 1, index_topk - 1, index_topk, index_topk + 1 and
+# block_size - 1, block_size, block_size + 1 tokens.
+for chunk in 1 7 8 9 15 16 17; do
+  check v32-chunk$chunk v32 1e-4 --block-size 16 --max-num-batched-tokens $chunk
 done
-[[ -s $tmp/alone ]] || fail "no generate output"
-read -r cached _ <"$tmp/cached.stats"
-[[ ${cached:-0} -gt 0 ]] || fail "the cached run had no prefix-cache hit (cached tokens: ${cached:-none})"
-read -r _ preempted <"$tmp/preempted.stats"
-[[ ${preempted:-0} -gt 0 ]] || fail "the small-pool run preempted nothing (${preempted:-none})"
+check v32-fp8-weights v32-fp8 1e-4 --block-size 16 --kv-cache-dtype f32 --isa avx2
+# index_topk >= T: the sparse path attends to every causal key, so the
+# logits equal V3's (the same weights without the indexer) up to f32
+# reassociation (the sparse kernel takes keys in score order).
+"$pagoda" logits --model "$tmp/v32-dense" --prompt-ids "$prompt" --max-tokens 16 --out "$tmp/d32.json" \
+  2>/dev/null || fail "v32-dense logits"
+"$pagoda" logits --model "$tmp/v3-same" --prompt-ids "$prompt" --max-tokens 16 --out "$tmp/d3.json" \
+  2>/dev/null || fail "v3-same logits"
+$py - "$tmp/d32.json" "$tmp/d3.json" <<'PY' || fail "V3.2 with index_topk >= T differs from V3"
+import json, sys
+import numpy as np
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["output_ids"] == b["output_ids"], (a["output_ids"], b["output_ids"])
+x, y = np.array(a["logits"]), np.array(b["logits"])
+err = max(np.max(np.abs(x[i] - y[i])) / np.max(np.abs(y[i])) for i in range(len(x)))
+assert err < 1e-5, err
+print(f"ok V3.2 with index_topk >= T equals V3: worst relative {err:.1e}")
+PY
+invariants v32
 
 # Bad FP8 checkpoints are refused at load with exit 2, naming the tensor
 # (or config field) and the reason.

@@ -112,6 +112,8 @@ check_model stories260k-tcp 2 --dir "$src/models/stories260k" -- --mca btl tcp,s
 # split, the latent cache replicated; FP8 shards off the 128-block grid.
 check_model deepseek-v3-f32 2 --deepseek --dtype f32 --seed 21
 check_model deepseek-v3-fp8 2 --deepseek --dtype bf16 --fp8 --seed 22
+# V3.2: the lightning indexer and its key cache replicated on every rank.
+check_model deepseek-v32-f32 2 --deepseek --arch v32 --dtype f32 --seed 23
 fi
 
 if want generate; then

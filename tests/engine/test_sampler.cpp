@@ -163,6 +163,49 @@ TEST(Sampler, LogprobsAreRawLogSoftmax) {
   for (const auto& [id, v] : s.top_logprobs) EXPECT_NEAR(v, lp(id), 1e-5);
 }
 
+// One prompt_logprobs entry against log_softmax, rank and top N worked out
+// here with a full sort.
+TEST(Sampler, PromptLogprobEntryIsRawLogSoftmaxWithRankAndTopN) {
+  double z = 0;
+  for (float x : kLogits) z += std::exp(double{x});
+  auto lp = [&](int i) { return kLogits[i] - std::log(z); };
+  PromptLogprobs store(3, /*prompt_len=*/9);
+  ASSERT_EQ(store.num_positions(), 8u);
+  store.extend(kLogits.size());
+  for (int32_t token = 0; token < static_cast<int32_t>(kLogits.size()); ++token) {
+    compute_prompt_logprob(kLogits, token, 3, store.slot(token));
+    EXPECT_EQ(store.token(token), token);
+    EXPECT_NEAR(store.logprob(token), lp(token), 1e-5);
+    // vLLM's rank: how many logits are >= the token's (ties count against it).
+    int32_t rank = 0;
+    for (float x : kLogits) rank += x >= kLogits[token] ? 1 : 0;
+    EXPECT_EQ(store.rank(token), rank) << token;
+    EXPECT_EQ(logit_rank(kLogits, token), rank);
+    const auto ids = store.top_ids(token);
+    ASSERT_EQ(ids.size(), 3u);
+    EXPECT_EQ(ids[0], 0);
+    EXPECT_EQ(ids[1], 1);  // 1.5 tied with id 4: the lower id first
+    EXPECT_EQ(ids[2], 4);
+    for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(store.top_logprobs(token)[k], lp(ids[k]), 1e-5);
+  }
+  EXPECT_TRUE(store.complete());
+  EXPECT_EQ(store.rank(1), 3);  // 1.5: ids 0, 1 and 4 are >= it
+  EXPECT_EQ(store.rank(6), 8);  // the smallest logit
+}
+
+TEST(Sampler, PromptLogprobTopNPastTheVocabularyAndNaNs) {
+  const std::vector<float> logits = {0.5f, NAN, 2.0f};
+  PromptLogprobs store(5, 2);
+  store.extend(1);
+  compute_prompt_logprob(logits, 0, 5, store.slot(0));
+  const auto ids = store.top_ids(0);
+  EXPECT_EQ(ids[0], 2);
+  EXPECT_EQ(ids[1], 0);
+  EXPECT_EQ(ids[2], -1);  // NaN is never chosen; nothing past the vocabulary
+  EXPECT_EQ(ids[4], -1);
+  EXPECT_THROW(store.extend(1), std::exception);  // one position only: never more entries
+}
+
 TEST(Sampler, MinTokensMasksStopIds) {
   SamplingParams p;
   p.temperature = 0;
@@ -199,6 +242,8 @@ TEST(SamplingParams, ValidateNamesTheField) {
   expect_bad([](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens");
   expect_bad([](SamplingParams& p) { p.min_tokens = 20; }, "min_tokens");
   expect_bad([](SamplingParams& p) { p.logprobs = 21; }, "logprobs");
+  expect_bad([](SamplingParams& p) { p.prompt_logprobs = 21; }, "prompt_logprobs");
+  expect_bad([](SamplingParams& p) { p.prompt_logprobs = -2; }, "prompt_logprobs");
   expect_bad([](SamplingParams& p) { p.stop = {""}; }, "stop");
   EXPECT_NO_THROW(SamplingParams().validate());
 }

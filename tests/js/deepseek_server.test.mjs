@@ -1,5 +1,6 @@
 // `pagoda serve` on a tiny random DeepSeek V3 checkpoint (MLA + MoE, FP8
-// block-scaled weights; written by tools/make_deepseek_checkpoint.py) with
+// block-scaled weights; written by tools/make_deepseek_checkpoint.py; V3.2
+// with its lightning indexer when PAGODA_DEEPSEEK_ARCH=v32) with
 // the official OpenAI client: completions from token ids and text, batched
 // and streamed, equal the offline greedy tokens of `pagoda generate`.
 // Usage: node --test deepseek_server.test.mjs   (PAGODA_BINARY and PAGODA_SOURCE_DIR in the environment)
@@ -32,7 +33,7 @@ function offlineGreedy(prompts, maxTokens) {
 let server, client;
 before(async () => {
   execFileSync("/usr/bin/python3", [join(src, "tools/make_deepseek_checkpoint.py"), "--out", model, "--fp8",
-    "--seed", "5"], { stdio: "ignore" });
+    "--seed", "5", "--arch", process.env.PAGODA_DEEPSEEK_ARCH ?? "v3"], { stdio: "ignore" });
   const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "ds", "--port", "0", ...engineArgs]);
   server = await waitForServer(proc, 60000);
   client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0 });

@@ -137,11 +137,35 @@ TEST(Protocol, UnimplementedOutputChangingFieldsAreRefused) {
             "<accepted>");
   EXPECT_EQ(rejected_param(completion_with("suffix", R"("end")")), "suffix");
   EXPECT_EQ(rejected_param(completion_with("use_beam_search", "true")), "use_beam_search");
-  EXPECT_EQ(rejected_param(completion_with("prompt_logprobs", "1")), "prompt_logprobs");
   EXPECT_EQ(rejected_param(chat_with("guided_json", R"({"type": "object"})"), true), "guided_json");
   EXPECT_EQ(rejected_param(chat_with("chat_template", R"("{{ 1 }}")"), true), "chat_template");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("required")"), true), "tool_choice");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("auto")"), true), "<accepted>");
+}
+
+// vLLM's extensions: prompt_logprobs in [0, 20] (vLLM's max_logprobs), not
+// with stream (its chunks carry none); return_token_ids a boolean.
+TEST(Protocol, PromptLogprobsAndReturnTokenIds) {
+  for (const char* bad : {"21", "-1", "1.5", "\"3\"", "true", "[1]"}) {
+    EXPECT_EQ(rejected_param(completion_with("prompt_logprobs", bad)), "prompt_logprobs") << bad;
+    EXPECT_EQ(rejected_param(chat_with("prompt_logprobs", bad), true), "prompt_logprobs") << bad;
+  }
+  EXPECT_EQ(
+      rejected_param(completion_with("prompt_logprobs", "2").insert(1, R"("stream": true, )")),
+      "prompt_logprobs");
+  EXPECT_EQ(
+      rejected_param(completion_with("prompt_logprobs", "0").insert(1, R"("stream": true, )")),
+      "<accepted>");
+  EXPECT_EQ(rejected_param(completion_with("return_token_ids", "1")), "return_token_ids");
+  EXPECT_EQ(rejected_param(chat_with("return_token_ids", R"("yes")"), true), "return_token_ids");
+  const GenerationRequest c = parse_completion_request(
+      completion_with("prompt_logprobs", "20").insert(1, R"("return_token_ids": true, )"));
+  EXPECT_EQ(c.prompt_logprobs, 20);
+  EXPECT_TRUE(c.return_token_ids);
+  const GenerationRequest chat = parse_chat_request(chat_with("prompt_logprobs", "0"));
+  EXPECT_EQ(chat.prompt_logprobs, 0);
+  EXPECT_FALSE(chat.return_token_ids);
+  EXPECT_EQ(parse_completion_request(completion_with("n", "1")).prompt_logprobs, -1);
 }
 
 TEST(Protocol, TopLogprobsNeedsLogprobs) {
