@@ -282,6 +282,59 @@ void mla_sparse_attention(const float* q, const void* cache, const MLALayout& la
                           const AttentionBatch& batch, const int32_t* topk_slots, int topk,
                           int num_heads, float scale, float* out, const MlaStrides& strides = {});
 
+// ---- DeepSeek V3.2 lightning indexer --------------------------------------
+// One layer's indexer key cache: pages of block_size keys of head_dim
+// values (one key per token, shared by the index heads), in the same
+// logical blocks and slots as the MLA cache (slot = block_id * block_size +
+// offset). Page formats by dtype:
+//   F32 / BF16: [block_size, head_dim] rows (BF16: round to nearest even);
+//   F8E4M3 (vLLM's V3.2 fp8 indexer cache): the page's block_size *
+//     head_dim e4m3 bytes first (token-major), then its block_size f32
+//     scales: head_dim + 4 bytes per token (132 for 128). Per token, scale =
+//     amax / 448 (plain f32, not rounded to a power of two; 1 for an
+//     all-zero key), byte = f32_to_f8e4m3(x / scale), value read back =
+//     f8e4m3_to_f32(byte) * scale (one f32 product).
+struct IndexerLayout {
+  int block_size = 64;
+  int head_dim = 128;
+  DType dtype = DType::F32;  // F32, BF16 or F8E4M3
+
+  int64_t page_bytes() const {
+    const int64_t per_token =
+        dtype == DType::F8E4M3 ? head_dim + 4 : int64_t{head_dim} * int64_t(dtype_size(dtype));
+    return per_token * block_size;
+  }
+  // FP8: bytes from a page's start to a token's values and to its scale.
+  int64_t fp8_values_offset(int offset) const { return int64_t{offset} * head_dim; }
+  int64_t fp8_scale_offset(int offset) const {
+    return int64_t{block_size} * head_dim + int64_t{offset} * 4;
+  }
+};
+
+// Stores each token's indexer key k[t, 0:head_dim] (row stride k_stride, 0 =
+// head_dim) at its slot in the layout's format; a negative slot = padding.
+void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_tokens,
+                     const IndexerLayout& layout, void* cache, int64_t k_stride = 0);
+
+// The lightning indexer's top-k for each query token of a step's mixed batch
+// (prefill chunks and decodes, AttentionBatch's causal rule: new token j of
+// sequence s sees keys [0, seq_len - num_new + j], read through its block
+// table; sliding_window must be 0):
+//   I(t, p) = sum_h weights[t, h] * ReLU(q[t, h, :] . key_p)   (f32)
+// q: [num_tokens, num_heads, head_dim] (already roped and rotated),
+// weights: [num_tokens, num_heads] (already scaled). out_slots[t, 0:topk]
+// gets the physical slots of the min(topk, n_keys) best keys, in descending
+// score, ties to the lower position, then -1; out_positions (optional) the
+// same keys' positions (-1 padded). Keys are scored a block at a time into a
+// bounded candidate buffer (at most 2 * topk), never all n_keys scores at
+// once. The selection is a function of the scores alone (a strict total
+// order), and each score a fixed computation of (q, w, key), so results do
+// not depend on the batch, the threads or how a token's keys are split
+// between threads. Scores of non-finite inputs are not defined.
+void indexer_topk(const float* q, const float* weights, const void* cache,
+                  const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
+                  int topk, int32_t* out_slots, int32_t* out_positions = nullptr);
+
 // ---- Variant selection (tests run every variant the CPU supports) ---------
 // Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the
 // activations to bf16 (round-to-nearest-even) and accumulate bf16 products

@@ -204,7 +204,17 @@ struct KernelTable {
   // mla_scratch_floats(kv_lora).
   void (*mla_sparse_attention)(const MlaSparseTile& a, float* scratch) = nullptr;
   void (*mla_sparse_attention_bf16)(const MlaSparseTile& a, float* scratch) = nullptr;
+  // Lightning-indexer scores of `count` keys k (f32 rows of dim, adjacent):
+  // s[j] = sum_h w[h] * max(0, sum_d qT[d * hp + h] * k[j * dim + d]), with
+  // the query transposed ([dim][hp]) and hp a multiple of kIndexerHeadPad
+  // (padding heads: zero q and zero w). A key's score is one fixed
+  // instruction sequence of its q, w and k only.
+  void (*indexer_scores)(const float* qT, const float* w, int hp, const float* k, int count,
+                         int dim, float* s) = nullptr;
 };
+// Indexer heads are padded to a multiple of this (every ISA's lane count
+// divides it).
+constexpr int kIndexerHeadPad = 16;
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();
