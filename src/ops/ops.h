@@ -216,15 +216,37 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
 // every head. A token's slot is block_id * block_size + offset_in_block and
 // its entry starts at element slot * entry_dim (entries of a block are
 // adjacent, so a block is one run of memory).
+//
+// F8E4M3 is DeepSeek V3.2's "fp8_ds_mla" entry (vLLM / FlashMLA): per
+// token, entry_bytes() = kv_lora_rank e4m3 bytes, then kv_lora_rank / 128
+// f32 scales (one per 128 latent values, in order), then rope_dim bf16
+// k_pe values, unquantised: 656 bytes for 512 + 64. kv_lora_rank must be a
+// multiple of 128. Scale of a 128-value group = amax / 448 (a plain f32,
+// not rounded to a power of two: the seed gives "4 float32 values" and no
+// rounding; 1 for an all-zero group), byte = f32_to_f8e4m3(x / scale); the
+// value attention reads = f8e4m3_to_f32(byte) * scale (one f32 product),
+// so attention over this cache equals attention over an F32 cache holding
+// those values, bit for bit. Entries are adjacent (slot * entry_bytes()).
+constexpr int kMlaFp8Group = 128;
 struct MLALayout {
   int block_size = 16;
   int kv_lora_rank = 0;
   int rope_dim = 0;
-  DType dtype = DType::F32;  // F32 or BF16
+  DType dtype = DType::F32;  // F32, BF16 or F8E4M3 (fp8_ds_mla)
 
   int entry_dim() const { return kv_lora_rank + rope_dim; }
-  // Elements (of dtype) from the start of the cache to the entry of a slot.
+  // F32 / BF16: elements (of dtype) from the start of the cache to the
+  // entry of a slot.
   int64_t entry_offset(int64_t slot) const { return slot * entry_dim(); }
+  // Bytes of one token's entry, in any format.
+  int64_t entry_bytes() const {
+    if (dtype == DType::F8E4M3)
+      return kv_lora_rank + 4 * (kv_lora_rank / kMlaFp8Group) + 2 * int64_t{rope_dim};
+    return int64_t{entry_dim()} * int64_t(dtype_size(dtype));
+  }
+  // F8E4M3: bytes from an entry's start to its scales and to its k_pe.
+  int64_t fp8_scales_offset() const { return kv_lora_rank; }
+  int64_t fp8_rope_offset() const { return kv_lora_rank + 4 * (kv_lora_rank / kMlaFp8Group); }
 };
 
 // Stores each token's entry [latent ; k_pe] at its slot, converted to

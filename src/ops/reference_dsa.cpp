@@ -13,6 +13,18 @@ namespace {
 
 // Entry element d of a slot of an MLA cache, as f32.
 float mla_at(const void* cache, const MLALayout& layout, int64_t slot, int d) {
+  if (layout.dtype == DType::F8E4M3) {  // fp8_ds_mla (ops.h MLALayout)
+    const auto* e = static_cast<const uint8_t*>(cache) + slot * layout.entry_bytes();
+    const int lora = layout.kv_lora_rank;
+    if (d >= lora) {
+      uint16_t h;
+      std::memcpy(&h, e + layout.fp8_rope_offset() + 2 * (d - lora), 2);
+      return bf16_to_f32(h);
+    }
+    float scale;
+    std::memcpy(&scale, e + layout.fp8_scales_offset() + 4 * (d / kMlaFp8Group), 4);
+    return f8e4m3_to_f32(e[d]) * scale;
+  }
   const int64_t i = layout.entry_offset(slot) + d;
   return layout.dtype == DType::BF16 ? bf16_to_f32(static_cast<const uint16_t*>(cache)[i])
                                      : static_cast<const float*>(cache)[i];
