@@ -353,9 +353,16 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
 // order), and each score a fixed computation of (q, w, key), so results do
 // not depend on the batch, the threads or how a token's keys are split
 // between threads. Scores of non-finite inputs are not defined.
+// IndexerOrder::Position lists the same selected keys in increasing
+// position instead (then -1): with topk >= n_keys that is the token's whole
+// causal set in position order, which mla_sparse_attention turns into
+// mla_paged_attention's bits (block sizes multiple of 16); it also reads
+// the latent cache in address order within each block.
+enum class IndexerOrder { Score, Position };
 void indexer_topk(const float* q, const float* weights, const void* cache,
                   const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
-                  int topk, int32_t* out_slots, int32_t* out_positions = nullptr);
+                  int topk, int32_t* out_slots, int32_t* out_positions = nullptr,
+                  IndexerOrder order = IndexerOrder::Score);
 
 // ---- Variant selection (tests run every variant the CPU supports) ---------
 // Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the

@@ -42,7 +42,8 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
 // a stable sort by descending score (ties: lower position first).
 void indexer_topk(const float* q, const float* weights, const void* cache,
                   const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
-                  int topk, int32_t* out_slots, int32_t* out_positions = nullptr);
+                  int topk, int32_t* out_slots, int32_t* out_positions = nullptr,
+                  IndexerOrder order = IndexerOrder::Score);
 
 // MoE (moe_reference.cpp). Scores are computed with the same f32 formulas
 // as moe_route (1 / (1 + e^-z); softmax as max, exp, sum in index order,

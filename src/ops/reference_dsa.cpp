@@ -120,7 +120,7 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
 
 void indexer_topk(const float* q, const float* weights, const void* cache,
                   const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
-                  int topk, int32_t* out_slots, int32_t* out_positions) {
+                  int topk, int32_t* out_slots, int32_t* out_positions, IndexerOrder order) {
   const int bs = layout.block_size, dim = layout.head_dim;
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t q0 = batch.query_start_loc[s], q1 = batch.query_start_loc[s + 1];
@@ -140,12 +140,14 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
         }
         score[p] = total;
       }
-      std::vector<int32_t> order(static_cast<size_t>(n_keys));
-      for (int64_t p = 0; p < n_keys; ++p) order[p] = static_cast<int32_t>(p);
-      std::stable_sort(order.begin(), order.end(),
+      std::vector<int32_t> order_of(static_cast<size_t>(n_keys));
+      for (int64_t p = 0; p < n_keys; ++p) order_of[p] = static_cast<int32_t>(p);
+      std::stable_sort(order_of.begin(), order_of.end(),
                        [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+      if (order == IndexerOrder::Position && n_keys > 0)
+        std::sort(order_of.begin(), order_of.begin() + std::min<int64_t>(topk, n_keys));
       for (int i = 0; i < topk; ++i) {
-        const int32_t pos = i < n_keys ? order[i] : -1;
+        const int32_t pos = i < n_keys ? order_of[i] : -1;
         out_slots[t * topk + i] = pos < 0 ? -1 : table[pos / bs] * bs + pos % bs;
         if (out_positions) out_positions[t * topk + i] = pos;
       }

@@ -98,7 +98,7 @@ TopK run(const Step& st, int topk, bool reference = false) {
   r.positions.assign(r.slots.size(), -7);
   (reference ? ref::indexer_topk : indexer_topk)(st.q.data(), st.w.data(), st.cache.data(),
                                                  st.layout, st.batch(), st.heads, topk,
-                                                 r.slots.data(), r.positions.data());
+                                                 r.slots.data(), r.positions.data(), IndexerOrder::Score);
   return r;
 }
 
@@ -138,6 +138,36 @@ TEST_P(Indexer, MatchesReferenceExactlyInOrder) {
             ASSERT_EQ(got.positions[t * c.topk + i] < 0, i >= n_keys) << what;
         }
       }
+    }
+  }
+}
+
+TEST_P(Indexer, PositionOrderListsTheSameKeysInPositionOrder) {
+  std::mt19937 rng(16);
+  const Seqs seqs = {{5000, 1}, {300, 4}, {0, 50}};
+  for (int bs : {16, 64}) {
+    const Step st = build(6, 40, bs, DType::F32, seqs, rng);
+    const int topk = 100;
+    TopK got, want;
+    for (TopK* r : {&got, &want}) {
+      r->slots.assign(size_t(st.tokens()) * topk, -7);
+      r->positions.assign(r->slots.size(), -7);
+    }
+    indexer_topk(st.q.data(), st.w.data(), st.cache.data(), st.layout, st.batch(), st.heads, topk,
+                 got.slots.data(), got.positions.data(), IndexerOrder::Position);
+    ref::indexer_topk(st.q.data(), st.w.data(), st.cache.data(), st.layout, st.batch(), st.heads,
+                      topk, want.slots.data(), want.positions.data(), IndexerOrder::Position);
+    expect_same(got, want, "bs " + std::to_string(bs));
+    // Against the score order: the same sets.
+    const TopK by_score = run(st, topk);
+    for (int64_t t = 0; t < st.tokens(); ++t) {
+      std::vector<int32_t> a(got.positions.begin() + t * topk, got.positions.begin() + (t + 1) * topk);
+      std::vector<int32_t> b(by_score.positions.begin() + t * topk,
+                             by_score.positions.begin() + (t + 1) * topk);
+      EXPECT_TRUE(std::is_sorted(a.begin(), std::find(a.begin(), a.end(), -1)));
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      EXPECT_EQ(a, b) << "token " << t;
     }
   }
 }

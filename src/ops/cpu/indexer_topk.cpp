@@ -88,7 +88,8 @@ const float* keys_of(const char* page, int rows, const IndexerLayout& layout, fl
 
 void indexer_topk(const float* q, const float* weights, const void* cache,
                   const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
-                  int topk, int32_t* out_slots, int32_t* out_positions) {
+                  int topk, int32_t* out_slots, int32_t* out_positions,
+                  IndexerOrder order) {
   const int bs = layout.block_size, dim = layout.head_dim;
   PAGODA_CHECK(bs > 0 && dim > 0 && num_heads > 0 && topk > 0,
                "indexer_topk: block_size {} head_dim {} heads {} topk {}", bs, dim, num_heads,
@@ -136,8 +137,11 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
   const cpu::KernelTable& kt = cpu::active_kernels();
   const int64_t page_bytes = layout.page_bytes();
 
-  // Writes token t's sorted candidates as slots / positions, -1 padded.
-  auto emit = [&](int64_t t, const Candidate* c, int n) {
+  // Writes token t's sorted candidates as slots / positions, -1 padded
+  // (re-sorted by position for IndexerOrder::Position: c is scratch).
+  auto emit = [&](int64_t t, Candidate* c, int n) {
+    if (order == IndexerOrder::Position)
+      std::sort(c, c + n, [](const Candidate& a, const Candidate& b) { return a.pos < b.pos; });
     const int32_t* table = batch.block_tables + int64_t{seq_of[t]} * batch.max_blocks_per_seq;
     for (int i = 0; i < topk; ++i) {
       const int32_t pos = i < n ? c[i].pos : -1;
