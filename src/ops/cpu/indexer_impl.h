@@ -65,3 +65,29 @@ PAGODA_TARGET void indexer_scores(const float* qT, const float* w, int hp, const
     indexer_keys<kKeys>(qT, w, hp, k + int64_t{j} * dim, dim, s + j);
   for (; j < count; ++j) indexer_keys<1>(qT, w, hp, k + int64_t{j} * dim, dim, s + j);
 }
+
+// A page's keys as f32 rows (KernelTable::indexer_widen_keys). fp8:
+// vload_e4m3 gives value / 256 exactly and scale * 256 is exact (scale <=
+// FLT_MAX / 448), so the product rounds the same real number as value *
+// scale.
+PAGODA_TARGET void indexer_widen_keys(const char* page, int rows, int dim, int block_size,
+                                      bool fp8, float* tile) {
+  for (int r = 0; r < rows; ++r) {
+    float* dst = tile + int64_t{r} * dim;
+    Vec vs = vset1(1.0f);
+    if (fp8) {
+      float sc;
+      __builtin_memcpy(&sc, page + int64_t{block_size} * dim + 4 * r, sizeof(float));
+      vs = vset1(sc * 256.0f);
+    }
+    const auto* b8 = reinterpret_cast<const uint8_t*>(page) + int64_t{r} * dim;
+    const auto* b16 = reinterpret_cast<const uint16_t*>(page) + int64_t{r} * dim;
+    int d = 0;
+    for (; d + kLanes <= dim; d += kLanes)
+      vstore(dst + d, fp8 ? vmul(vload_e4m3(b8 + d), vs) : vload(b16 + d));
+    if (d < dim) {
+      const int t = dim - d;
+      vstore_tail(dst + d, fp8 ? vmul(vload_e4m3_tail(b8 + d, t), vs) : vload_tail(b16 + d, t), t);
+    }
+  }
+}

@@ -63,27 +63,6 @@ class RunningTopK {
   float threshold_ = 0.0f;
 };
 
-// A block's first `rows` keys as f32 rows: F32 pages are read in place,
-// BF16 and FP8 ones converted into `tile` (FP8: e4m3 value * its token's
-// scale, one f32 product, as ops.h defines).
-const float* keys_of(const char* page, int rows, const IndexerLayout& layout, float* tile) {
-  const int dim = layout.head_dim;
-  if (layout.dtype == DType::F32) return reinterpret_cast<const float*>(page);
-  if (layout.dtype == DType::BF16) {
-    const auto* src = reinterpret_cast<const uint16_t*>(page);
-    for (int64_t i = 0; i < int64_t{rows} * dim; ++i) tile[i] = bf16_to_f32(src[i]);
-    return tile;
-  }
-  for (int r = 0; r < rows; ++r) {
-    float scale;
-    std::memcpy(&scale, page + layout.fp8_scale_offset(r), sizeof(float));
-    const auto* v = reinterpret_cast<const uint8_t*>(page + layout.fp8_values_offset(r));
-    float* dst = tile + int64_t{r} * dim;
-    for (int d = 0; d < dim; ++d) dst[d] = f8e4m3_to_f32(v[d]) * scale;
-  }
-  return tile;
-}
-
 }  // namespace
 
 void indexer_topk(const float* q, const float* weights, const void* cache,
@@ -180,7 +159,13 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
         const int64_t first = b * bs;
         const int rows = static_cast<int>(std::min<int64_t>(bs, n_keys - first));
         const char* page = static_cast<const char*>(cache) + table[b] * page_bytes;
-        const float* keys = keys_of(page, rows, layout, tile_buf.data());
+        // F32 pages are read in place; BF16 / FP8 ones widened per block.
+        const float* keys = reinterpret_cast<const float*>(page);
+        if (layout.dtype != DType::F32) {
+          kt.indexer_widen_keys(page, rows, dim, bs, layout.dtype == DType::F8E4M3,
+                                tile_buf.data());
+          keys = tile_buf.data();
+        }
         kt.indexer_scores(qT, w, hp, keys, rows, dim, score_buf.data());
         for (int r = 0; r < rows; ++r) top.push(score_buf[r], static_cast<int32_t>(first + r));
       }

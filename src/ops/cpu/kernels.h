@@ -220,6 +220,11 @@ struct KernelTable {
   // instruction sequence of its q, w and k only.
   void (*indexer_scores)(const float* qT, const float* w, int hp, const float* k, int count,
                          int dim, float* s) = nullptr;
+  // The first `rows` keys of an indexer cache page of a BF16 or F8E4M3
+  // layout (ops.h IndexerLayout) as f32 rows of dim in `tile`: bf16 widened
+  // exactly; fp8 = f8e4m3_to_f32(byte) * the token's scale, the same bits.
+  void (*indexer_widen_keys)(const char* page, int rows, int dim, int block_size, bool fp8,
+                             float* tile) = nullptr;
 };
 // Indexer heads are padded to a multiple of this (every ISA's lane count
 // divides it).

@@ -586,6 +586,7 @@ const cpu::KernelTable& kernel_table() {
     t.mla_sparse_attention = mla_sparse_attention<float>;
     t.mla_sparse_attention_bf16 = mla_sparse_attention<uint16_t>;
     t.indexer_scores = indexer_scores;
+    t.indexer_widen_keys = indexer_widen_keys;
     t.mla_attention_fp8 = mla_attention<uint8_t>;
     t.mla_sparse_attention_fp8 = mla_sparse_attention<uint8_t>;
     return t;
