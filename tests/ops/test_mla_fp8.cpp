@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/reference.h"
 #include "ops_test_util.h"
 
 namespace pagoda::ops::testing {
@@ -94,6 +95,9 @@ TEST(MlaFp8Cache, EntryLayoutMatchesTheSeedAndTheSimulation) {
       }
     }
     EXPECT_TRUE(cache == want) << lora << "+" << rope;
+    std::vector<uint8_t> ref_cache(cache.size(), 0xCD);
+    ref::write_mla_kv(c.data(), pe.data(), slots.data(), n, layout, ref_cache.data());
+    EXPECT_TRUE(ref_cache == want) << "reference, " << lora << "+" << rope;
   }
 }
 
