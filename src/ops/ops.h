@@ -216,15 +216,37 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
 // every head. A token's slot is block_id * block_size + offset_in_block and
 // its entry starts at element slot * entry_dim (entries of a block are
 // adjacent, so a block is one run of memory).
+//
+// F8E4M3 is DeepSeek V3.2's "fp8_ds_mla" entry (vLLM / FlashMLA): per
+// token, entry_bytes() = kv_lora_rank e4m3 bytes, then kv_lora_rank / 128
+// f32 scales (one per 128 latent values, in order), then rope_dim bf16
+// k_pe values, unquantised: 656 bytes for 512 + 64. kv_lora_rank must be a
+// multiple of 128. Scale of a 128-value group = amax / 448 (a plain f32,
+// not rounded to a power of two: the seed gives "4 float32 values" and no
+// rounding; 1 for an all-zero group), byte = f32_to_f8e4m3(x / scale); the
+// value attention reads = f8e4m3_to_f32(byte) * scale (one f32 product),
+// so attention over this cache equals attention over an F32 cache holding
+// those values, bit for bit. Entries are adjacent (slot * entry_bytes()).
+constexpr int kMlaFp8Group = 128;
 struct MLALayout {
   int block_size = 16;
   int kv_lora_rank = 0;
   int rope_dim = 0;
-  DType dtype = DType::F32;  // F32 or BF16
+  DType dtype = DType::F32;  // F32, BF16 or F8E4M3 (fp8_ds_mla)
 
   int entry_dim() const { return kv_lora_rank + rope_dim; }
-  // Elements (of dtype) from the start of the cache to the entry of a slot.
+  // F32 / BF16: elements (of dtype) from the start of the cache to the
+  // entry of a slot.
   int64_t entry_offset(int64_t slot) const { return slot * entry_dim(); }
+  // Bytes of one token's entry, in any format.
+  int64_t entry_bytes() const {
+    if (dtype == DType::F8E4M3)
+      return kv_lora_rank + 4 * (kv_lora_rank / kMlaFp8Group) + 2 * int64_t{rope_dim};
+    return int64_t{entry_dim()} * int64_t(dtype_size(dtype));
+  }
+  // F8E4M3: bytes from an entry's start to its scales and to its k_pe.
+  int64_t fp8_scales_offset() const { return kv_lora_rank; }
+  int64_t fp8_rope_offset() const { return kv_lora_rank + 4 * (kv_lora_rank / kMlaFp8Group); }
 };
 
 // Stores each token's entry [latent ; k_pe] at its slot, converted to
@@ -281,6 +303,66 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
 void mla_sparse_attention(const float* q, const void* cache, const MLALayout& layout,
                           const AttentionBatch& batch, const int32_t* topk_slots, int topk,
                           int num_heads, float scale, float* out, const MlaStrides& strides = {});
+
+// ---- DeepSeek V3.2 lightning indexer --------------------------------------
+// One layer's indexer key cache: pages of block_size keys of head_dim
+// values (one key per token, shared by the index heads), in the same
+// logical blocks and slots as the MLA cache (slot = block_id * block_size +
+// offset). Page formats by dtype:
+//   F32 / BF16: [block_size, head_dim] rows (BF16: round to nearest even);
+//   F8E4M3 (vLLM's V3.2 fp8 indexer cache): the page's block_size *
+//     head_dim e4m3 bytes first (token-major), then its block_size f32
+//     scales: head_dim + 4 bytes per token (132 for 128). Per token, scale =
+//     amax / 448 (plain f32, not rounded to a power of two; 1 for an
+//     all-zero key), byte = f32_to_f8e4m3(x / scale), value read back =
+//     f8e4m3_to_f32(byte) * scale (one f32 product).
+struct IndexerLayout {
+  int block_size = 64;
+  int head_dim = 128;
+  DType dtype = DType::F32;  // F32, BF16 or F8E4M3
+
+  int64_t page_bytes() const {
+    const int64_t per_token =
+        dtype == DType::F8E4M3 ? head_dim + 4 : int64_t{head_dim} * int64_t(dtype_size(dtype));
+    return per_token * block_size;
+  }
+  // FP8: bytes from a page's start to a token's values and to its scale.
+  int64_t fp8_values_offset(int offset) const { return int64_t{offset} * head_dim; }
+  int64_t fp8_scale_offset(int offset) const {
+    return int64_t{block_size} * head_dim + int64_t{offset} * 4;
+  }
+};
+
+// Stores each token's indexer key k[t, 0:head_dim] (row stride k_stride, 0 =
+// head_dim) at its slot in the layout's format; a negative slot = padding.
+void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_tokens,
+                     const IndexerLayout& layout, void* cache, int64_t k_stride = 0);
+
+// The lightning indexer's top-k for each query token of a step's mixed batch
+// (prefill chunks and decodes, AttentionBatch's causal rule: new token j of
+// sequence s sees keys [0, seq_len - num_new + j], read through its block
+// table; sliding_window must be 0):
+//   I(t, p) = sum_h weights[t, h] * ReLU(q[t, h, :] . key_p)   (f32)
+// q: [num_tokens, num_heads, head_dim] (already roped and rotated),
+// weights: [num_tokens, num_heads] (already scaled). out_slots[t, 0:topk]
+// gets the physical slots of the min(topk, n_keys) best keys, in descending
+// score, ties to the lower position, then -1; out_positions (optional) the
+// same keys' positions (-1 padded). Keys are scored a block at a time into a
+// bounded candidate buffer (at most 2 * topk), never all n_keys scores at
+// once. The selection is a function of the scores alone (a strict total
+// order), and each score a fixed computation of (q, w, key), so results do
+// not depend on the batch, the threads or how a token's keys are split
+// between threads. Scores of non-finite inputs are not defined.
+// IndexerOrder::Position lists the same selected keys in increasing
+// position instead (then -1): with topk >= n_keys that is the token's whole
+// causal set in position order, which mla_sparse_attention turns into
+// mla_paged_attention's bits (block sizes multiple of 16); it also reads
+// the latent cache in address order within each block.
+enum class IndexerOrder { Score, Position };
+void indexer_topk(const float* q, const float* weights, const void* cache,
+                  const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
+                  int topk, int32_t* out_slots, int32_t* out_positions = nullptr,
+                  IndexerOrder order = IndexerOrder::Score);
 
 // ---- Variant selection (tests run every variant the CPU supports) ---------
 // Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the

@@ -216,6 +216,22 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
   if (pe_stride == 0) pe_stride = rope;
   for (int64_t t = 0; t < num_tokens; ++t) {
     if (slot_mapping[t] < 0) continue;
+    if (layout.dtype == DType::F8E4M3) {  // fp8_ds_mla (ops.h MLALayout)
+      auto* e = static_cast<uint8_t*>(cache) + slot_mapping[t] * layout.entry_bytes();
+      for (int g = 0; g < lora / kMlaFp8Group; ++g) {
+        const float* x = latent + t * latent_stride + g * kMlaFp8Group;
+        float amax = 0.0f;
+        for (int d = 0; d < kMlaFp8Group; ++d) amax = std::max(amax, std::fabs(x[d]));
+        const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+        for (int d = 0; d < kMlaFp8Group; ++d) e[g * kMlaFp8Group + d] = f32_to_f8e4m3(x[d] / scale);
+        std::memcpy(e + layout.fp8_scales_offset() + 4 * g, &scale, sizeof(float));
+      }
+      for (int d = 0; d < rope; ++d) {
+        const uint16_t h = f32_to_bf16(k_pe[t * pe_stride + d]);
+        std::memcpy(e + layout.fp8_rope_offset() + 2 * d, &h, sizeof(h));
+      }
+      continue;
+    }
     const int64_t to = layout.entry_offset(slot_mapping[t]);
     for (int d = 0; d < lora; ++d)
       kv_store(cache, layout.dtype, to + d, latent[t * latent_stride + d]);

@@ -36,6 +36,14 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
 void mla_sparse_attention(const float* q, const void* cache, const MLALayout& layout,
                           const AttentionBatch& batch, const int32_t* topk_slots, int topk,
                           int num_heads, float scale, float* out, const MlaStrides& strides = {});
+void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_tokens,
+                     const IndexerLayout& layout, void* cache, int64_t k_stride = 0);
+// Every causal score materialised (double sums of the f32 key values), then
+// a stable sort by descending score (ties: lower position first).
+void indexer_topk(const float* q, const float* weights, const void* cache,
+                  const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
+                  int topk, int32_t* out_slots, int32_t* out_positions = nullptr,
+                  IndexerOrder order = IndexerOrder::Score);
 
 // MoE (moe_reference.cpp). Scores are computed with the same f32 formulas
 // as moe_route (1 / (1 + e^-z); softmax as max, exp, sum in index order,

@@ -68,6 +68,26 @@ inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) {
   return isa_name(info.param);
 }
 
+// e4m3 by exhaustive search over the finite codes (nearest value, ties to
+// the even code, saturating at 448): independent of core/dtype.h.
+inline double e4m3_value(int code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, e - 7);
+  return code & 0x80 ? -mag : mag;
+}
+inline uint8_t e4m3_sim(float x) {
+  const double a = std::fabs(double(x));
+  int best = 0x7E;  // 448
+  if (a < 448) {
+    double best_err = INFINITY;
+    for (int c = 0; c <= 0x7E; ++c) {
+      const double err = std::fabs(e4m3_value(c) - a);
+      if (err < best_err || (err == best_err && (c & 1) == 0)) best = c, best_err = err;
+    }
+  }
+  return uint8_t(best | (std::signbit(x) ? 0x80 : 0));
+}
+
 // Selects the parameter's ISA for the test and restores the default after.
 class IsaTest : public ::testing::TestWithParam<Isa> {
  protected:

@@ -199,6 +199,34 @@ TEST_P(MlaSparse, TokenAloneEqualsItsRowInTheBatchAndThreadsDoNotMatter) {
   }
 }
 
+TEST_P(MlaSparse, StridedQAndHeadMajorOutGiveTheSameBits) {
+  std::mt19937 rng(5);
+  const int heads = 6, lora = 64, ed = 80;
+  const Step st = build(heads, lora, 16, 16, DType::F32, {{40, 3}, {0, 2}}, rng);
+  const int topk = 48;
+  const auto lists = lists_of(st.causal, topk, 2, rng);
+  const int64_t T = st.qsl.back();
+  std::vector<float> plain(size_t(T) * heads * lora, NAN);
+  mla_sparse_attention(st.q.data(), st.cache(), st.layout, st.batch(), lists.data(), topk, heads,
+                       st.scale(), plain.data());
+  // q rows padded to a wider token stride; out head-major [heads, T, lora].
+  const int64_t q_tok = int64_t{heads} * ed + 7;
+  std::vector<float> wide(size_t(T) * q_tok, NAN), hm(plain.size(), NAN);
+  for (int64_t t = 0; t < T; ++t)
+    std::copy(st.q.begin() + t * heads * ed, st.q.begin() + (t + 1) * heads * ed,
+              wide.begin() + t * q_tok);
+  MlaStrides strides;
+  strides.q_token = q_tok;
+  strides.out_token = lora;
+  strides.out_head = T * lora;
+  mla_sparse_attention(wide.data(), st.cache(), st.layout, st.batch(), lists.data(), topk, heads,
+                       st.scale(), hm.data(), strides);
+  for (int64_t t = 0; t < T; ++t)
+    for (int h = 0; h < heads; ++h)
+      EXPECT_EQ(0, std::memcmp(&plain[(t * heads + h) * lora], &hm[(h * T + t) * lora], lora * 4))
+          << t << " " << h;
+}
+
 TEST_P(MlaSparse, EmptyListGivesZeros) {
   std::mt19937 rng(4);
   const Step st = build(2, 64, 16, 16, DType::F32, {{3, 1}}, rng);

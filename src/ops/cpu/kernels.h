@@ -83,6 +83,7 @@ struct MlaTile {
   const int32_t* block_table = nullptr;
   int block_size = 0;
   int kv_lora = 0, entry_dim = 0;
+  int64_t entry_stride = 0;  // elements of the cache type per entry (fp8: entry bytes)
   int64_t last_key = 0;  // of row 0
   float scale = 1.0f;
   // One segment only (rows == 1): its first key, and where its state goes.
@@ -109,12 +110,15 @@ struct MlaSparseTile {
   const int32_t* slots = nullptr;  // the token's list: physical slots, -1 = none
   int count = 0;                   // list length
   int kv_lora = 0, entry_dim = 0;
+  int64_t entry_stride = 0;  // elements of the cache type per entry (fp8: entry bytes)
   float scale = 1.0f;
 };
 // Floats of scratch an MLA tile needs: per query a segment's and the
 // total's latent accumulator, max and denominator, and one chunk's scores.
-constexpr int64_t mla_scratch_floats(int64_t kv_lora) {
-  return kMaxTileQueries * (2 * kv_lora + kKeyChunk + 4);
+// An fp8_ds_mla cache (ops.h MLALayout F8E4M3) also needs room for one
+// chunk's entries dequantised to f32 (entry_dim > 0), after that.
+constexpr int64_t mla_scratch_floats(int64_t kv_lora, int64_t fp8_entry_dim = 0) {
+  return kMaxTileQueries * (2 * kv_lora + kKeyChunk + 4) + kKeyChunk * fp8_entry_dim;
 }
 
 // Stores one token's k and v rows ([num_kv_heads, head_dim], f32) at its
@@ -204,7 +208,27 @@ struct KernelTable {
   // mla_scratch_floats(kv_lora).
   void (*mla_sparse_attention)(const MlaSparseTile& a, float* scratch) = nullptr;
   void (*mla_sparse_attention_bf16)(const MlaSparseTile& a, float* scratch) = nullptr;
+  // The same two over an fp8_ds_mla cache (entry_stride = entry bytes):
+  // each chunk's entries dequantised into scratch, then the f32 arithmetic;
+  // scratch holds mla_scratch_floats(kv_lora, entry_dim).
+  void (*mla_attention_fp8)(const MlaTile& a, float* scratch) = nullptr;
+  void (*mla_sparse_attention_fp8)(const MlaSparseTile& a, float* scratch) = nullptr;
+  // Lightning-indexer scores of `count` keys k (f32 rows of dim, adjacent):
+  // s[j] = sum_h w[h] * max(0, sum_d qT[d * hp + h] * k[j * dim + d]), with
+  // the query transposed ([dim][hp]) and hp a multiple of kIndexerHeadPad
+  // (padding heads: zero q and zero w). A key's score is one fixed
+  // instruction sequence of its q, w and k only.
+  void (*indexer_scores)(const float* qT, const float* w, int hp, const float* k, int count,
+                         int dim, float* s) = nullptr;
+  // The first `rows` keys of an indexer cache page of a BF16 or F8E4M3
+  // layout (ops.h IndexerLayout) as f32 rows of dim in `tile`: bf16 widened
+  // exactly; fp8 = f8e4m3_to_f32(byte) * the token's scale, the same bits.
+  void (*indexer_widen_keys)(const char* page, int rows, int dim, int block_size, bool fp8,
+                             float* tile) = nullptr;
 };
+// Indexer heads are padded to a multiple of this (every ISA's lane count
+// divides it).
+constexpr int kIndexerHeadPad = 16;
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();

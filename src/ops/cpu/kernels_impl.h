@@ -568,6 +568,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
 // MLA attention over the latent cache, built from the pieces above.
 #include "ops/cpu/mla_impl.h"
 #include "ops/cpu/mla_sparse_impl.h"
+#include "ops/cpu/indexer_impl.h"
 
 }  // namespace
 
@@ -584,6 +585,10 @@ const cpu::KernelTable& kernel_table() {
     t.mla_merge = mla_merge;
     t.mla_sparse_attention = mla_sparse_attention<float>;
     t.mla_sparse_attention_bf16 = mla_sparse_attention<uint16_t>;
+    t.indexer_scores = indexer_scores;
+    t.indexer_widen_keys = indexer_widen_keys;
+    t.mla_attention_fp8 = mla_attention<uint8_t>;
+    t.mla_sparse_attention_fp8 = mla_sparse_attention<uint8_t>;
     return t;
   }();
   return table;

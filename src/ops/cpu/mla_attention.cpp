@@ -2,6 +2,7 @@
 // validation, tiling and thread split around the per-ISA tile kernel
 // (mla_impl.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +13,30 @@
 
 namespace pagoda::ops {
 
+namespace {
+
+// One fp8_ds_mla entry (ops.h MLALayout): per 128 latent values a scale
+// amax / 448 (1 for an all-zero group) and e4m3 bytes of x / scale; k_pe as
+// bf16.
+void write_mla_entry_fp8(const float* c, const float* pe, const MLALayout& layout, uint8_t* dst) {
+  const int lora = layout.kv_lora_rank;
+  for (int g = 0; g < lora / kMlaFp8Group; ++g) {
+    const float* x = c + g * kMlaFp8Group;
+    float amax = 0.0f;
+    for (int d = 0; d < kMlaFp8Group; ++d) amax = std::fmax(amax, std::fabs(x[d]));
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    for (int d = 0; d < kMlaFp8Group; ++d) dst[g * kMlaFp8Group + d] = f32_to_f8e4m3(x[d] / scale);
+    std::memcpy(dst + layout.fp8_scales_offset() + 4 * g, &scale, sizeof(float));
+  }
+  uint8_t* rope = dst + layout.fp8_rope_offset();
+  for (int d = 0; d < layout.rope_dim; ++d) {
+    const uint16_t h = f32_to_bf16(pe[d]);
+    std::memcpy(rope + 2 * d, &h, sizeof(h));
+  }
+}
+
+}  // namespace
+
 void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_mapping,
                   int64_t num_tokens, const MLALayout& layout, void* cache, int64_t latent_stride,
                   int64_t pe_stride) {
@@ -19,8 +44,10 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
   PAGODA_CHECK(lora > 0 && rope >= 0 && layout.block_size > 0,
                "write_mla_kv: kv_lora_rank {} rope_dim {} block_size {}", lora, rope,
                layout.block_size);
-  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16,
-               "write_mla_kv: cache dtype {}", dtype_name(layout.dtype));
+  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16 ||
+                   (layout.dtype == DType::F8E4M3 && lora % kMlaFp8Group == 0),
+               "write_mla_kv: cache dtype {} with kv_lora_rank {}", dtype_name(layout.dtype),
+               lora);
   if (latent_stride == 0) latent_stride = lora;
   if (pe_stride == 0) pe_stride = rope;
   // A token's entry is ~1-2 KB: scalar conversion costs little next to the
@@ -31,7 +58,10 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
       const int64_t to = layout.entry_offset(slot_mapping[t]);
       const float* c = latent + t * latent_stride;
       const float* pe = k_pe + t * pe_stride;
-      if (layout.dtype == DType::BF16) {
+      if (layout.dtype == DType::F8E4M3) {
+        write_mla_entry_fp8(c, pe, layout, static_cast<uint8_t*>(cache) +
+                                               slot_mapping[t] * layout.entry_bytes());
+      } else if (layout.dtype == DType::BF16) {
         uint16_t* dst = static_cast<uint16_t*>(cache) + to;
         for (int d = 0; d < lora; ++d) dst[d] = f32_to_bf16(c[d]);
         for (int d = 0; d < rope; ++d) dst[lora + d] = f32_to_bf16(pe[d]);
@@ -51,8 +81,10 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
   PAGODA_CHECK(lora > 0 && layout.rope_dim >= 0 && bs > 0 && num_heads > 0,
                "mla_paged_attention: kv_lora_rank {} rope_dim {} block_size {} heads {}", lora,
                layout.rope_dim, bs, num_heads);
-  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16,
-               "mla_paged_attention: cache dtype {}", dtype_name(layout.dtype));
+  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16 ||
+                   (layout.dtype == DType::F8E4M3 && lora % kMlaFp8Group == 0),
+               "mla_paged_attention: cache dtype {} with kv_lora_rank {}",
+               dtype_name(layout.dtype), lora);
   PAGODA_CHECK(batch.sliding_window == 0, "mla_paged_attention: sliding window {} (MLA has none)",
                batch.sliding_window);
   const int32_t* qsl = batch.query_start_loc;
@@ -144,7 +176,12 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
     state_buffer.resize(static_cast<size_t>(floats));
   float* states = state_buffer.data();
   const cpu::KernelTable& kt = cpu::active_kernels();
-  const auto kernel = layout.dtype == DType::BF16 ? kt.mla_attention_bf16 : kt.mla_attention;
+  const bool fp8 = layout.dtype == DType::F8E4M3;
+  const auto kernel = fp8                            ? kt.mla_attention_fp8
+                      : layout.dtype == DType::BF16 ? kt.mla_attention_bf16
+                                                    : kt.mla_attention;
+  // Entry stride in the kernel's element type (fp8: bytes).
+  const int64_t entry_stride = fp8 ? layout.entry_bytes() : ed;
   const int64_t q_row_stride = strides.q_token ? strides.q_token : int64_t{num_heads} * ed;
   const int64_t q_head_stride = strides.q_head ? strides.q_head : ed;
   const int64_t out_row_stride = strides.out_token ? strides.out_token : int64_t{num_heads} * lora;
@@ -163,7 +200,7 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
   };
   parallel_for(items, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scratch;  // grown once per thread
-    const auto need = static_cast<size_t>(cpu::mla_scratch_floats(lora));
+    const auto need = static_cast<size_t>(cpu::mla_scratch_floats(lora, fp8 ? ed : 0));
     if (scratch.size() < need) scratch.resize(need);
     for (int64_t item = i0; item < i1; ++item) {
       const RowTile& tile = tiles[tile_of(item)];
@@ -185,6 +222,7 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
       a.block_size = bs;
       a.kv_lora = lora;
       a.entry_dim = ed;
+      a.entry_stride = entry_stride;
       a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);
       a.scale = scale;
       if (tile.segments > 1) {  // head h's states: [segments][lora + 2]

@@ -120,8 +120,8 @@ PAGODA_TARGET inline int mla_locate_chunk(const cpu::MlaTile& a, int64_t t, int6
   if (rows > last - t + 1) rows = last - t + 1;
   const KV* first =
       static_cast<const KV*>(a.cache) +
-      (int64_t{a.block_table[t / a.block_size]} * a.block_size + offset) * a.entry_dim;
-  for (int j = 0; j < rows; ++j) e[j] = first + int64_t{j} * a.entry_dim;
+      (int64_t{a.block_table[t / a.block_size]} * a.block_size + offset) * a.entry_stride;
+  for (int j = 0; j < rows; ++j) e[j] = first + int64_t{j} * a.entry_stride;
   return static_cast<int>(rows);
 }
 
@@ -145,6 +145,48 @@ PAGODA_TARGET inline void mla_merge_state(float& M, float& L, float* A, float m,
   }
 }
 
+// fp8_ds_mla entries (ops.h MLALayout F8E4M3) as f32 rows of entry_dim in
+// `out`: latent = e4m3 value * its group's scale (one f32 product, the
+// value ops.h defines), k_pe widened from bf16 exactly. vload_e4m3 gives
+// value / 256 (exact), and scale * 256 is exact (scale <= FLT_MAX / 448),
+// so their product is the same real number as value * scale, rounded once:
+// the same bits as f8e4m3_to_f32(byte) * scale.
+PAGODA_TARGET inline void mla_dequant_fp8(const uint8_t* const* e, int count, int kv_lora,
+                                          int entry_dim, float* out, const float** rows) {
+  const int groups = kv_lora / kMlaFp8Group, rope = entry_dim - kv_lora;
+  for (int j = 0; j < count; ++j) {
+    float* dst = out + int64_t{j} * entry_dim;
+    const uint8_t* src = e[j];
+    for (int g = 0; g < groups; ++g) {
+      float sc;
+      __builtin_memcpy(&sc, src + kv_lora + 4 * g, sizeof(float));
+      const Vec vs = vset1(sc * 256.0f);
+      for (int d = g * kMlaFp8Group; d < (g + 1) * kMlaFp8Group; d += kLanes)
+        vstore(dst + d, vmul(vload_e4m3(src + d), vs));
+    }
+    const auto* pe = reinterpret_cast<const uint16_t*>(src + kv_lora + 4 * groups);
+    int d = 0;
+    for (; d + kLanes <= rope; d += kLanes) vstore(dst + kv_lora + d, vload(pe + d));
+    if (d < rope) vstore_tail(dst + kv_lora + d, vload_tail(pe + d, rope - d), rope - d);
+    rows[j] = dst;
+  }
+}
+
+// mla_chunk over entries of any cache format: f32 / bf16 directly, fp8
+// (KV = uint8_t) through `dequant` (kKeyChunk * entry_dim floats).
+template <typename KV>
+PAGODA_TARGET inline void mla_chunk_any(const KV* const* e, int count, int kv_lora,
+                                        int entry_dim, float scale, MlaState& st,
+                                        float* dequant) {
+  if constexpr (sizeof(KV) == 1) {
+    const float* rows[kKeyChunk];
+    mla_dequant_fp8(e, count, kv_lora, entry_dim, dequant, rows);
+    mla_chunk<float>(rows, count, kv_lora, entry_dim, scale, st);
+  } else {
+    mla_chunk<KV>(e, count, kv_lora, entry_dim, scale, st);
+  }
+}
+
 template <typename KV>
 PAGODA_TARGET void mla_attention(const cpu::MlaTile& a, float* scratch) {
   const int dv = a.kv_lora, nq = a.rows * a.heads;
@@ -159,7 +201,8 @@ PAGODA_TARGET void mla_attention(const cpu::MlaTile& a, float* scratch) {
   for (int64_t i = 0; i < int64_t{nq} * dv; ++i) total_acc[i] = 0.0f;
   for (int i = 0; i < nq; ++i) total_max[i] = -__builtin_inff(), total_denom[i] = 0.0f;
   const int64_t last_tile_key = a.last_key + a.rows - 1;
-  const int64_t entry_bytes = int64_t{a.entry_dim} * sizeof(KV);
+  const int64_t entry_bytes = a.entry_stride * int64_t{sizeof(KV)};
+  float* dequant = scratch + cpu::mla_scratch_floats(dv);  // fp8 only
   const int64_t keys_end =
       a.partial ? a.seg_begin + cpu::kMlaSegmentKeys : last_tile_key + 1;  // exclusive
   const KV* e[kKeyChunk];
@@ -199,7 +242,7 @@ PAGODA_TARGET void mla_attention(const cpu::MlaTile& a, float* scratch) {
           act.hi[n] = static_cast<int>((last < end - 1 ? last : end - 1) - t);
         }
       }
-      mla_chunk<KV>(e, count, dv, a.entry_dim, a.scale, st);
+      mla_chunk_any<KV>(e, count, dv, a.entry_dim, a.scale, st, dequant);
       t = end;
     }
     // The segment's state, to the caller or into the total (rows that see

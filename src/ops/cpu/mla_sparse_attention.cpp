@@ -18,8 +18,10 @@ void mla_sparse_attention(const float* q, const void* cache, const MLALayout& la
                    topk >= 0,
                "mla_sparse_attention: kv_lora_rank {} rope_dim {} block_size {} heads {} topk {}",
                lora, layout.rope_dim, layout.block_size, num_heads, topk);
-  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16,
-               "mla_sparse_attention: cache dtype {}", dtype_name(layout.dtype));
+  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16 ||
+                   (layout.dtype == DType::F8E4M3 && lora % kMlaFp8Group == 0),
+               "mla_sparse_attention: cache dtype {} with kv_lora_rank {}",
+               dtype_name(layout.dtype), lora);
   const int64_t num_tokens = batch.num_seqs > 0 ? batch.query_start_loc[batch.num_seqs] : 0;
   // Work item = (token, head block). Every token has its own list, so a
   // tile is one token's heads (up to kMaxTileQueries), which share each
@@ -32,15 +34,18 @@ void mla_sparse_attention(const float* q, const void* cache, const MLALayout& la
   while (tile_heads > 1 && items_for(tile_heads) < threads) tile_heads = (tile_heads + 1) / 2;
   const int head_blocks = (num_heads + tile_heads - 1) / tile_heads;
   const cpu::KernelTable& kt = cpu::active_kernels();
-  const auto kernel =
-      layout.dtype == DType::BF16 ? kt.mla_sparse_attention_bf16 : kt.mla_sparse_attention;
+  const bool fp8 = layout.dtype == DType::F8E4M3;
+  const auto kernel = fp8                            ? kt.mla_sparse_attention_fp8
+                      : layout.dtype == DType::BF16 ? kt.mla_sparse_attention_bf16
+                                                    : kt.mla_sparse_attention;
+  const int64_t entry_stride = fp8 ? layout.entry_bytes() : ed;  // kernel elements
   const int64_t q_row_stride = strides.q_token ? strides.q_token : int64_t{num_heads} * ed;
   const int64_t q_head_stride = strides.q_head ? strides.q_head : ed;
   const int64_t out_row_stride = strides.out_token ? strides.out_token : int64_t{num_heads} * lora;
   const int64_t out_head_stride = strides.out_head ? strides.out_head : lora;
   parallel_for(num_tokens * head_blocks, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scratch;  // grown once per thread
-    const auto need = static_cast<size_t>(cpu::mla_scratch_floats(lora));
+    const auto need = static_cast<size_t>(cpu::mla_scratch_floats(lora, fp8 ? ed : 0));
     if (scratch.size() < need) scratch.resize(need);
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t t = item / head_blocks;
@@ -56,6 +61,7 @@ void mla_sparse_attention(const float* q, const void* cache, const MLALayout& la
       a.count = topk;
       a.kv_lora = lora;
       a.entry_dim = ed;
+      a.entry_stride = entry_stride;
       a.scale = scale;
       kernel(a, scratch.data());
     }

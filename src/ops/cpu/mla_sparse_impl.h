@@ -23,7 +23,7 @@ PAGODA_TARGET inline int mla_sparse_gather(const cpu::MlaSparseTile& a, int* i, 
   int count = 0;
   while (*i < a.count && count < kKeyChunk) {
     const int32_t slot = a.slots[(*i)++];
-    if (slot >= 0) e[count++] = static_cast<const KV*>(a.cache) + int64_t{slot} * a.entry_dim;
+    if (slot >= 0) e[count++] = static_cast<const KV*>(a.cache) + int64_t{slot} * a.entry_stride;
   }
   return count;
 }
@@ -42,7 +42,8 @@ PAGODA_TARGET void mla_sparse_attention(const cpu::MlaSparseTile& a, float* scra
   float* total_denom = total_max + nq;
   for (int64_t i = 0; i < int64_t{nq} * dv; ++i) total_acc[i] = 0.0f;
   for (int i = 0; i < nq; ++i) total_max[i] = -__builtin_inff(), total_denom[i] = 0.0f;
-  const int64_t entry_bytes = int64_t{a.entry_dim} * sizeof(KV);
+  const int64_t entry_bytes = a.entry_stride * int64_t{sizeof(KV)};
+  float* dequant = scratch + cpu::mla_scratch_floats(dv);  // fp8 only
   const KV* e[kKeyChunk];
   const KV* ahead[kKeyChunk];
   int next = 0;  // list position of the next chunk
@@ -69,7 +70,7 @@ PAGODA_TARGET void mla_sparse_attention(const cpu::MlaSparseTile& a, float* scra
         act.lo[h] = 0;
         act.hi[h] = count - 1;
       }
-      mla_chunk<KV>(e, count, dv, a.entry_dim, a.scale, st);
+      mla_chunk_any<KV>(e, count, dv, a.entry_dim, a.scale, st, dequant);
       seg_keys += count;
       for (int j = 0; j < ahead_count; ++j) e[j] = ahead[j];
       count = ahead_count;
