@@ -1,4 +1,7 @@
 // pagoda: run and serve LLMs. Subcommands live in cli/*_command.cpp.
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdio>
 #include <map>
 #include <string>
@@ -33,7 +36,18 @@ std::string where() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Open MPI starts helper threads in init. A process-directed SIGINT or
+  // SIGTERM goes to any thread that does not block it, and would kill the
+  // process through one of those (default action) instead of reaching
+  // `serve`'s sigwait: they are started with the signals blocked, and only
+  // this thread gets its mask back.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
   pagoda::parallel::init(&argc, &argv);
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   CLI::App app{"Pagoda: run and serve large language models on CPU", "pagoda"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "pagoda 0.1.0");

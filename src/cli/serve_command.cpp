@@ -56,6 +56,7 @@ int run_serve(ServeArgs& a) {
   // The shutdown runs beside this thread, which keeps waiting for signals:
   // a second SIGINT/SIGTERM ends the process at once.
   std::atomic<bool> stopped{false};
+  const pthread_t signal_thread = pthread_self();
   std::thread shutdown_thread([&] {
     http.start_draining();
     engine.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.grace_seconds * 1000)));
@@ -64,7 +65,9 @@ int run_serve(ServeArgs& a) {
     http.stop(std::chrono::seconds(10));
     server_thread.join();
     stopped = true;
-    kill(getpid(), SIGTERM);  // wakes the sigwait below
+    // Wakes the sigwait below; directed at that thread, so no other
+    // thread can take it.
+    pthread_kill(signal_thread, SIGTERM);
   });
   sigwait(&signals, &sig);
   if (!stopped) {
