@@ -110,9 +110,12 @@ void LightningIndexer::select(const float* x, const float* c_q, const BatchMetad
   ab.block_tables = group.block_tables.data();
   ab.max_blocks_per_seq = group.max_blocks_per_seq;
   // Positions, not slots: the latent cache is another group, with block
-  // tables of its own.
+  // tables of its own. In position order, so that with index_topk >= the
+  // context the sparse attention reads exactly the dense one's keys in its
+  // order (the same bits).
   ops::indexer_topk(q_.data(), w_.data(), cache, layout, ab, static_cast<int>(hi),
-                    static_cast<int>(ds_.index_topk), key_slots_.data(), topk_positions);
+                    static_cast<int>(ds_.index_topk), key_slots_.data(), topk_positions,
+                    ops::IndexerOrder::Position);
 }
 
 }  // namespace pagoda

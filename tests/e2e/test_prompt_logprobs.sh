@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # prompt_logprobs (`pagoda generate --prompt-logprobs N --json`) against the
 # independent numpy references (tools/reference_model.py for Llama/Qwen,
-# tools/deepseek_reference.py for DeepSeek V3), at every prompt position:
+# tools/deepseek_reference.py for DeepSeek V3 and V3.2), at every prompt
+# position:
 # the prompt token's logprob and rank and the top N from a float64
 # log_softmax of the reference's logits (tools/compare_prompt_logprobs.py).
 # Prefill chunks that split the prompt anywhere (down to one token) must
@@ -36,7 +37,11 @@ $py "$tools/make_tiny_checkpoint.py" --out "$tmp/qwen3" --arch qwen3 --dtype f32
 $py "$tools/make_deepseek_checkpoint.py" --out "$tmp/deepseek" --dtype f32 --seed 1 >/dev/null ||
   fail "deepseek: could not build the checkpoint"
 
-for ckpt in qwen3 deepseek; do
+# V3.2 with index_topk 8: positions past 8 attend to the indexer's picks.
+$py "$tools/make_deepseek_checkpoint.py" --out "$tmp/deepseek-v32" --arch v32 --dtype f32 --seed 1 \
+  >/dev/null || fail "deepseek-v32: could not build the checkpoint"
+
+for ckpt in qwen3 deepseek deepseek-v32; do
   check $ckpt-whole $ckpt 5 --block-size 4
   check $ckpt-chunk1 $ckpt 3 --block-size 4 --max-num-batched-tokens 1
   check $ckpt-chunk5 $ckpt 0 --block-size 4 --max-num-batched-tokens 5
