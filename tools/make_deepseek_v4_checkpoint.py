@@ -52,7 +52,9 @@ Tokenizer: models/stories260k (vocab 512).
 Random weights (spec §6.2: non-trivial everywhere): linear N(0, 1/sqrt(in));
 norms 1 + 0.1 N; embed N(0, 1); head N(0, 2/sqrt(hidden)); attn_sink
 N(0, 1); compressor ape N(0, 0.5) (spread the per-dim softmax gates);
-compressor wgate N(0, 0.5/sqrt(in)); hc_*_fn N(0, 0.3), hc_*_base N(0, 0.3),
+compressor wgate N(0, 0.5/sqrt(in)); hc_*_fn N(0, 1/sqrt(hc*dim)) (the mixing
+logits are O(1): Sinkhorn converges to ~1e-3 in 20 iterations, spec §6.3
+inv. 10), hc_*_base N(0, 0.3),
 hc_*_scale 0.5 + 0.2 N; gate.bias U(0, 0.3) (so selection differs from
 the unbiased scores); tid2eid: for every token id `num_experts_per_tok`
 distinct experts drawn at random. Each tensor draws from its own
@@ -166,7 +168,7 @@ def tensor_list(c):
         out.append((name, tuple(shape), "f32", (mean, std), None))
 
     def hc_params(p, which, rows):
-        f32(p + f"hc_{which}_fn", (rows, hc * D), 0.0, 0.3)
+        f32(p + f"hc_{which}_fn", (rows, hc * D), 0.0, 1.0 / math.sqrt(hc * D))
         f32(p + f"hc_{which}_base", (rows,), 0.0, 0.3)
         f32(p + f"hc_{which}_scale", (3 if rows == mix else 1,), 0.5, 0.2)
 
