@@ -10,7 +10,9 @@ of the best; quantized runs pass a looser one).
 DeepSeek V3 checkpoints (architectures DeepseekV3ForCausalLM /
 DeepseekV32ForCausalLM) are checked against tools/deepseek_reference.py
 (--absorbed runs its attention in the absorbed form; the two forms agree
-to ~1e-15), every other model against tools/reference_model.py. V3.2 runs
+to ~1e-15), DeepseekV4ForCausalLM against tools/deepseek_v4_reference.py
+(exact mode; its FP8 cache simulation is not modelled), every other model
+against tools/reference_model.py. V3.2 runs
 the lightning indexer and top-k sparse MLA at any length. An engine run
 reporting kv_cache_dtype "fp8" is compared with the reference's FP8 cache
 simulation (spec §5.1), "bf16" with its bf16-rounded latent cache.
@@ -31,6 +33,9 @@ def reference_for(model_dir, absorbed=False, fp8_cache=False, **kw):
     if arch in ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"):
         from deepseek_reference import DeepseekReference
         return DeepseekReference(model_dir, absorbed=absorbed, fp8_cache=fp8_cache, **kw)
+    if arch == "DeepseekV4ForCausalLM":
+        from deepseek_v4_reference import DeepseekV4Reference
+        return DeepseekV4Reference(model_dir, fp8_cache=fp8_cache, **kw)
     if fp8_cache:
         raise ValueError(f"{model_dir}: the fp8 cache simulation is modelled for DeepSeek only")
     return ReferenceModel(model_dir, **kw)
