@@ -68,10 +68,11 @@ CLI (as deepseek_reference.py):
   deepseek_v4_reference.py --model DIR --ids ... --greedy N --out f.json
       `pagoda logits` JSON (one row per generated token)
   deepseek_v4_reference.py --model DIR --random T [--seed S] ...
-  deepseek_v4_reference.py --self-test [--model DIR] [--quick]
+  deepseek_v4_reference.py --self-test [--model DIR] [--quick | --long]
       spec §6.3 invariants 1, 2, 3, 5, 6, 7, 9, 10, 11, 13 (plus weight
       dequantisation) on fresh random tiny checkpoints (r = 16 and the
-      real r = 128 variant), or on DIR
+      real r = 128 variant), or on DIR. --long: the r = 128 variant at
+      T = 260 with the block-boundary splits 255, 256, 257 added (~20 s)
 Options: --index-topk N, --clamp-shared, --bf16-kv, --bf16-activations,
 --decode (compute the logits with the incremental decoder instead).
 """
@@ -609,7 +610,7 @@ def _write(out, *args):
                    check=True)
 
 
-def self_test(model_dir=None, quick=False):
+def self_test(model_dir=None, quick=False, long=False):
     failures = []
 
     def check(ok, what):
@@ -684,7 +685,7 @@ def self_test(model_dir=None, quick=False):
             variants = [(f"{tmp}/r16", 40)]
             if not quick:
                 _write(f"{tmp}/r128", "--dtype", "f32", "--seed", "4", "--real-ratio")
-                variants.append((f"{tmp}/r128", 132))
+                variants.append((f"{tmp}/r128", 260 if long else 132))
             # dequantisation: FP8 / FP4 weights are the quantised f32 weights of the same seed
             _write(f"{tmp}/q", "--dtype", "f32", "--seed", "3", "--fp8", "--fp4-experts")
             wf = load_dir(f"{tmp}/r16")
@@ -821,7 +822,8 @@ def model_checks(mdir, T, check, rng, quick):
           f"{tag} changing token {s_} changes exactly the logits at t >= {s_} (inv. 5)")
     # 1: decode == recompute.
     r_ = max(m.ratios)
-    splits = sorted({x for x in (1, 2, 3, 4, 5, r_ - 1, r_, r_ + 1, m.W - 1, m.W, m.W + 1, T) if 0 < x <= T})
+    extra = (255, 256, 257) if T > 257 else ()  # 256-position KV blocks (spec §5.4)
+    splits = sorted({x for x in (1, 2, 3, 4, 5, r_ - 1, r_, r_ + 1, m.W - 1, m.W, m.W + 1, T) + extra if 0 < x <= T})
     if quick:
         splits = [x for x in splits if x in (1, r_ + 1, m.W, T)]
     worst = 0.0
@@ -844,6 +846,7 @@ def main():
     ap.add_argument("--out", help="write logits: .npy [T, vocab] or .json")
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--quick", action="store_true", help="self-test: r=16 variant and fewer splits only")
+    ap.add_argument("--long", action="store_true", help="self-test: r=128 variant at T=260, splits 255..257 too")
     ap.add_argument("--index-topk", type=int, default=None)
     ap.add_argument("--clamp-shared", action="store_true", help="swiglu clamp on the shared expert too (vLLM)")
     ap.add_argument("--bf16-kv", action="store_true")
@@ -851,7 +854,7 @@ def main():
     ap.add_argument("--decode", action="store_true", help="logits from the incremental decoder (prefill 1 + steps)")
     a = ap.parse_args()
     if a.self_test:
-        return self_test(a.model, a.quick)
+        return self_test(a.model, a.quick, a.long)
     if not a.model or not (a.ids or a.random):
         ap.error("--model and --ids (or --random T) are required (or --self-test)")
     m = DeepseekV4Reference(a.model, bf16_activations=a.bf16_activations, bf16_kv=a.bf16_kv,
