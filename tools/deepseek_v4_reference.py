@@ -74,7 +74,12 @@ CLI (as deepseek_reference.py):
       real r = 128 variant), or on DIR. --long: the r = 128 variant at
       T = 260 with the block-boundary splits 255, 256, 257 added (~20 s)
 Options: --index-topk N, --clamp-shared, --bf16-kv, --bf16-activations,
---decode (compute the logits with the incremental decoder instead).
+--decode (compute the logits with the incremental decoder instead),
+--fp8-cache (window/compressed entries as the 584-B fp8 entry: 448 nope
+dims e4m3 with a ue8m0 scale per 64, rope dims bf16; JSON kv_cache_dtype
+"fp8"), --indexer-cache fp4|fp8 (indexer keys MXFP4 / e4m3 + f32 scale;
+JSON indexer_cache_dtype), --quant-sim (the official QAT simulation:
+--fp8-cache + fp4 indexer keys + fp4 indexer queries).
 """
 import argparse
 import json
@@ -86,7 +91,8 @@ import tempfile
 
 import numpy as np
 
-from safetensors_np import bf16_bits_to_f32, e4m3_decode, e8m0_decode, f32_to_bf16_bits, load_dir, load_dir_dtypes
+from safetensors_np import (bf16_bits_to_f32, e4m3_decode, e4m3_encode, e8m0_decode, f32_to_bf16_bits, load_dir,
+                            load_dir_dtypes)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -142,6 +148,42 @@ def hadamard(n):
     while h.shape[0] < n:
         h = np.block([[h, h], [h, -h]])
     return h / math.sqrt(n)
+
+
+def fp8_sim(v, block, ue8m0=True):
+    """Spec §0.4: per contiguous block of the last axis, s = max(amax,
+    1e-4)/448 (ue8m0: 2^ceil(log2 s)), v' = e4m3_RNE(clamp(v/s, +-448)) s.
+    A last partial block (width % block) gets its own scale: the tiny
+    model's 48 nope dims are one block (the real 448 are 7 x 64)."""
+    v = np.asarray(v, dtype=np.float64)
+    out = np.empty_like(v)
+    for b0 in range(0, v.shape[-1], block):
+        g = v[..., b0 : b0 + block]
+        s = np.maximum(np.abs(g).max(-1, keepdims=True), 1e-4) / 448.0
+        s = np.exp2(np.ceil(np.log2(s))) if ue8m0 else s.astype(np.float32).astype(np.float64)
+        out[..., b0 : b0 + block] = e4m3_decode(e4m3_encode(np.clip(g / s, -448.0, 448.0))).astype(np.float64) * s
+    return out
+
+
+def e2m1_round(x):
+    """Nearest value of the e2m1 grid, ties to the even code, saturating at 6."""
+    a = np.minimum(np.abs(x), 6.0)
+    d = np.abs(a[..., None] - E2M1)
+    best = np.argmin(d, axis=-1)
+    nxt = np.minimum(best + 1, 7)
+    tie = (nxt != best) & (np.take_along_axis(d, nxt[..., None], -1)[..., 0]
+                           == np.take_along_axis(d, best[..., None], -1)[..., 0])
+    best = np.where(tie & (best % 2 == 1), nxt, best)
+    return np.where(np.signbit(x), -1.0, 1.0) * E2M1[best]
+
+
+def fp4_sim(v, block=32):
+    """Spec §0.4: per block s = 2^ceil(log2(max(amax, 6 2^-126)/6)),
+    v' = e2m1_RNE(clamp(v/s, +-6)) s (MXFP4)."""
+    sh = v.shape
+    g = np.asarray(v, dtype=np.float64).reshape(sh[:-1] + (sh[-1] // block, block))
+    s = np.exp2(np.ceil(np.log2(np.maximum(np.abs(g).max(-1, keepdims=True), 6 * 2.0 ** -126) / 6)))
+    return (e2m1_round(np.clip(g / s, -6.0, 6.0)) * s).reshape(sh)
 
 
 def sigmoid(x):
@@ -210,11 +252,22 @@ def dequant_fp4(packed, scale_codes, block=32):
 
 class DeepseekV4Reference:
     def __init__(self, model_dir, bf16_activations=False, bf16_kv=False, index_topk=None, clamp_shared=False,
-                 dense_c4=False, hadamard_on=True, fp8_cache=False, absorbed=False):
+                 dense_c4=False, hadamard_on=True, fp8_cache=False, indexer_cache=None, quant_sim=False,
+                 absorbed=False):
         """index_topk: override; dense_c4: c4a layers attend to every valid
-        compressed entry (bypass the indexer; spec §6.3 inv. 3 twin)."""
-        if fp8_cache:
-            raise ValueError("the V4 FP8 cache simulation is not modelled (exact mode only)")
+        compressed entry (bypass the indexer; spec §6.3 inv. 3 twin).
+        fp8_cache: window kv and main compressed entries stored as the
+        584-B entry of spec §5.1 (nope dims fp8_sim block 64 ue8m0, rope
+        dims bf16). indexer_cache "fp4" (MXFP4, fp4_sim block 32) or "fp8"
+        (e4m3 with one f32 scale amax/448 per key, the 132-B entry) for the
+        indexer keys. quant_sim: the official QAT simulation (spec §0.4,
+        §3.2.2-§3.2.4): fp8_cache + fp4 indexer keys + fp4 indexer q.
+        absorbed: accepted for compare_logits.py, no meaning in V4."""
+        self.fp8_cache = fp8_cache or quant_sim
+        self.indexer_cache = "fp4" if quant_sim else indexer_cache
+        self.fp4_q = quant_sim
+        if self.indexer_cache not in (None, "fp4", "fp8"):
+            raise ValueError(f"indexer_cache {indexer_cache!r}")
         self.cfg = c = json.load(open(os.path.join(model_dir, "config.json")))
         arch = (c.get("architectures") or [""])[0]
         if arch != ARCH:
@@ -299,6 +352,17 @@ class DeepseekV4Reference:
         return self.freq_comp if self.ratios[layer] else self.freq_swa
 
     def _kvround(self, v):
+        """A window kv / main compressed entry as the cache holds it."""
+        if self.fp8_cache:
+            return np.concatenate([fp8_sim(v[..., : -self.rd], 64), _bf16(v[..., -self.rd :])], axis=-1)
+        return _bf16(v) if self.bf16_kv else v
+
+    def _idxround(self, v):
+        """An indexer key as the cache holds it."""
+        if self.indexer_cache == "fp4":
+            return fp4_sim(v, 32)
+        if self.indexer_cache == "fp8":
+            return fp8_sim(v, v.shape[-1], ue8m0=False)
         return _bf16(v) if self.bf16_kv else v
 
     # ---- attention pieces (spec §3.2.2 - §3.2.4) ------------------------
@@ -320,8 +384,8 @@ class DeepseekV4Reference:
     def comp_finish(self, chat, prefix, anchor, layer, rotate):
         """RMSNorm, RoPE at the anchor i*r, Hadamard for the indexer (spec §3.2.3)."""
         e = rope_last(self._norm(chat[None, :], prefix + "norm.weight"), [anchor], self.freq(layer))[0]
-        if rotate and self.hadamard_on:
-            e = e @ self.Hd
+        if rotate:
+            return self._idxround(e @ self.Hd if self.hadamard_on else e)
         return self._kvround(e)
 
     def comp_direct(self, A, S, r, d, prefix, layer, rotate, n=None):
@@ -347,6 +411,8 @@ class DeepseekV4Reference:
         qI = rope_last(self._mm(c_q, p + "wq_b.weight").reshape(len(pos), self.HI, self.DI), pos, self.freq(layer))
         if self.hadamard_on:
             qI = qI @ self.Hd
+        if self.fp4_q:
+            qI = fp4_sim(qI, 32)
         wI = self._mm(a, p + "weights_proj.weight") * (self.HI ** -0.5) * (self.DI ** -0.5)
         return qI, wI
 
@@ -652,6 +718,17 @@ def self_test(model_dir=None, quick=False, long=False):
     check(np.all(np.linalg.norm(o, axis=1) <= np.linalg.norm(kc, axis=1).max() + 1e-12), "|o_h| <= max |key| (inv. 9)")
     o_big = attend(qc, kc, np.full(4, 50.0), 0.125)
     check(np.max(np.abs(o_big)) < 1e-15 * 1e3, "a huge sink drives the output to 0")
+    # quantisation simulators (spec §0.4)
+    x = np.array([[0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.25, -0.3, 0.26, -5.0] + [0.0] * 20])
+    y = fp4_sim(x)  # amax 7 -> s = 2^ceil(log2(7/6)) = 2; x/s rounded to the e2m1 grid, ties to even
+    check(np.array_equal(y[0, :12], [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, -0.0, -0.0, 0.0, -4.0]),
+          f"fp4_sim: e8m0 scale per 32, e2m1 round-to-nearest-even ({y[0, :12].tolist()})")
+    v = rng.standard_normal((3, 64 * 3))
+    q8 = fp8_sim(v, 64)
+    sc = np.exp2(np.ceil(np.log2(np.abs(v.reshape(3, 3, 64)).max(-1) / 448)))
+    codes = (q8.reshape(3, 3, 64) / sc[..., None])
+    check(np.array_equal(e4m3_decode(e4m3_encode(codes)), codes) and np.all(np.abs(q8 - v) <= np.abs(v) / 16 + 1e-12),
+          "fp8_sim: ue8m0 scale per 64, e4m3 values, relative error <= 2^-4")
     # 10: mHC.
     hcn, dim = 4, 32
     X = rng.standard_normal((5, hcn, dim))
@@ -834,6 +911,26 @@ def model_checks(mdir, T, check, rng, quick):
             rows.append(dec.step(ids[t]))
         worst = max(worst, float(np.max(np.abs(np.array(rows) - full)) / scale))
     check(worst < 1e-12, f"{tag} decode == recompute for prefill splits {splits}, T={T} (worst {worst:.1e}) (inv. 1)")
+    # Quantised caches (spec §0.4, §5.1): the fp8 entry keeps its rope dims in
+    # bf16 and its nope dims on a per-64 ue8m0 e4m3 grid; decode == recompute
+    # holds there too (a rounding flip between the [T, dim] and [1, dim]
+    # products would show as ~1e-3, not ~1e-15).
+    mq = DeepseekV4Reference(mdir, quant_sim=True)
+    qfull = mq.forward(ids)
+    kv = mq.trace[0]["kv"]
+    bw = min(64, m.hd - m.rd)  # tiny: one 48-wide block
+    sc = np.exp2(np.ceil(np.log2(np.maximum(np.abs(kv[:, : -m.rd]).reshape(T, -1, bw).max(-1), 1e-4) / 448)))
+    nope = kv[:, : -m.rd].reshape(T, -1, bw) / sc[..., None]
+    check(np.array_equal(e4m3_decode(e4m3_encode(nope)), nope) and np.array_equal(_bf16(kv[:, -m.rd:]), kv[:, -m.rd:]),
+          f"{tag} quant-sim: window entries = e4m3 x ue8m0 per 64 nope dims + bf16 rope dims")
+    rel = np.max(np.abs(qfull - full)) / scale
+    check(0 < rel < 0.5, f"{tag} quant-sim logits differ from exact by {rel:.1e} (relative to max |logit|)")
+    worst = 0.0
+    for P in [x for x in splits if x in (1, r_ + 1, m.W, T)]:
+        dec = V4Decoder(mq)
+        rows = list(dec.prefill(ids[:P])) + [dec.step(ids[t]) for t in range(P, T)]
+        worst = max(worst, float(np.max(np.abs(np.array(rows) - qfull)) / scale))
+    check(worst < 1e-9, f"{tag} quant-sim: decode == recompute (worst {worst:.1e}) (inv. 1)")
 
 
 def main():
@@ -852,13 +949,17 @@ def main():
     ap.add_argument("--bf16-kv", action="store_true")
     ap.add_argument("--bf16-activations", action="store_true")
     ap.add_argument("--decode", action="store_true", help="logits from the incremental decoder (prefill 1 + steps)")
+    ap.add_argument("--fp8-cache", action="store_true", help="584-B fp8 window/compressed entries (spec §5.1)")
+    ap.add_argument("--indexer-cache", choices=["fp4", "fp8"], help="indexer keys as MXFP4 (68 B) or fp8 (132 B)")
+    ap.add_argument("--quant-sim", action="store_true", help="official QAT simulation (fp8 kv, fp4 indexer q/k)")
     a = ap.parse_args()
     if a.self_test:
         return self_test(a.model, a.quick, a.long)
     if not a.model or not (a.ids or a.random):
         ap.error("--model and --ids (or --random T) are required (or --self-test)")
     m = DeepseekV4Reference(a.model, bf16_activations=a.bf16_activations, bf16_kv=a.bf16_kv,
-                            index_topk=a.index_topk, clamp_shared=a.clamp_shared)
+                            index_topk=a.index_topk, clamp_shared=a.clamp_shared, fp8_cache=a.fp8_cache,
+                            indexer_cache=a.indexer_cache, quant_sim=a.quant_sim)
     if a.random:
         ids = [int(t) for t in np.random.default_rng(a.seed).integers(0, min(512, m.cfg["vocab_size"]), a.random)]
     else:
@@ -874,7 +975,10 @@ def main():
         doc = {"prompt_ids": ids, "output_ids": out_ids, "logits": logits[len(ids) - 1 : -1].tolist()}
     else:
         doc = {"prompt_ids": ids, "output_ids": [], "logits": logits.tolist()}
-    doc.update(reference="deepseek_v4_reference.py", kv_cache_dtype="bf16" if a.bf16_kv else "f32")
+    doc.update(reference="deepseek_v4_reference.py",
+               kv_cache_dtype="fp8" if m.fp8_cache else "bf16" if a.bf16_kv else "f32")
+    if m.indexer_cache:
+        doc["indexer_cache_dtype"] = m.indexer_cache
     if a.out and a.out.endswith(".npy"):
         np.save(a.out, logits)
     elif a.out:
