@@ -212,6 +212,12 @@ for m in v4-q:40 v4-r128:124; do
   $py "$tools/compare_logits.py" --model "$tmp/$m" --pagoda-json "$tmp/$m.json" --rtol 1e-10 \
     || fail "compare_logits on $m"
 done
+# The quantised caches (spec §5.1: 584-B fp8 entries, MXFP4 indexer keys):
+# the JSON's kv_cache_dtype / indexer_cache_dtype select the same simulation.
+$py "$tools/deepseek_v4_reference.py" --model "$tmp/v4-q" --random 40 --seed 4 --greedy 6 --decode --fp8-cache \
+  --indexer-cache fp4 --out "$tmp/v4-qc.json" >/dev/null || fail "V4 reference CLI with quantised caches"
+$py "$tools/compare_logits.py" --model "$tmp/v4-q" --pagoda-json "$tmp/v4-qc.json" --rtol 1e-10 \
+  || fail "compare_logits on v4-q with quantised caches"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures DeepSeek tool check(s) failed"
