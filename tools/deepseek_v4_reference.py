@@ -73,6 +73,14 @@ CLI (as deepseek_reference.py):
       dequantisation) on fresh random tiny checkpoints (r = 16 and the
       real r = 128 variant), or on DIR. --long: the r = 128 variant at
       T = 260 with the block-boundary splits 255, 256, 257 added (~20 s)
+  deepseek_v4_reference.py --model DIR --ids ... [--greedy N] --topk-out sets.json
+      {"index_topk", "ids", "layers": {"1": [[compressed entry indices of
+      query t, ascending] for t in 0..T-1], ...} (c4a layers only),
+      "margins": {"1": [relative gap between the k-th and (k+1)-th indexer
+      score of query t, null while every valid entry is selected], ...}}:
+      compare an engine's sets as sets where the margin is clear
+  deepseek_v4_reference.py --model DIR --random 200 --check-margins [--min-margin 1e-6]
+      the smallest top-k margin per c4a layer; exits 1 below --min-margin
 Options: --index-topk N, --clamp-shared, --bf16-kv, --bf16-activations,
 --decode (compute the logits with the incremental decoder instead),
 --fp8-cache (window/compressed entries as the 584-B fp8 entry: 448 nope
@@ -184,6 +192,15 @@ def fp4_sim(v, block=32):
     g = np.asarray(v, dtype=np.float64).reshape(sh[:-1] + (sh[-1] // block, block))
     s = np.exp2(np.ceil(np.log2(np.maximum(np.abs(g).max(-1, keepdims=True), 6 * 2.0 ** -126) / 6)))
     return (e2m1_round(np.clip(g / s, -6.0, 6.0)) * s).reshape(sh)
+
+
+def topk_margin(scores, k):
+    """Relative gap (I_k - I_k+1) / max|I| between the k-th and (k+1)-th
+    largest indexer scores; None while every candidate is selected."""
+    if scores.size <= k:
+        return None
+    row = np.sort(scores)[::-1]
+    return float((row[k - 1] - row[k]) / max(np.max(np.abs(row)), 1e-300))
 
 
 def sigmoid(x):
@@ -456,7 +473,7 @@ class DeepseekV4Reference:
                 AI, SI = self.comp_AS(a, p + "indexer.compressor.", 4, pos)
                 kI = self.comp_direct(AI, SI, 4, self.DI, p + "indexer.compressor.", layer, True)
                 qI, wI = self.indexer_q(c_q, a, layer, pos)
-                tr.update(kI=kI, AI=AI, SI=SI, sets=[])
+                tr.update(kI=kI, AI=AI, SI=SI, sets=[], margins=[])
         if entry_override is not None:
             main = entry_override(main)
         sink, scale = self.W_(p + "attn_sink"), self.hd ** -0.5
@@ -467,8 +484,10 @@ class DeepseekV4Reference:
                 n = (t + 1) // r  # §4.1: entry i visible iff (i+1) r <= t+1
                 sel = np.arange(n)
                 if r == 4 and not self.dense_c4:
-                    sel = self.topk(self.indexer_scores(qI[t], wI[t], kI[:n]))
+                    sc = self.indexer_scores(qI[t], wI[t], kI[:n])
+                    sel = self.topk(sc)
                     tr["sets"].append(sel)
+                    tr.setdefault("margins", []).append(topk_margin(sc, self.index_topk))
                 keys = np.concatenate([keys, main[sel]])
             o[t] = attend(q[t], keys, sink, scale)
         o = rope_last(o, pos, self.freq(layer), inverse=True)
@@ -948,6 +967,9 @@ def main():
     ap.add_argument("--clamp-shared", action="store_true", help="swiglu clamp on the shared expert too (vLLM)")
     ap.add_argument("--bf16-kv", action="store_true")
     ap.add_argument("--bf16-activations", action="store_true")
+    ap.add_argument("--topk-out", help="write the c4a layers' per-query top-k sets and margins (JSON)")
+    ap.add_argument("--check-margins", action="store_true", help="report the c4a top-k score margins")
+    ap.add_argument("--min-margin", type=float, default=1e-6)
     ap.add_argument("--decode", action="store_true", help="logits from the incremental decoder (prefill 1 + steps)")
     ap.add_argument("--fp8-cache", action="store_true", help="584-B fp8 window/compressed entries (spec §5.1)")
     ap.add_argument("--indexer-cache", choices=["fp4", "fp8"], help="indexer keys as MXFP4 (68 B) or fp8 (132 B)")
@@ -964,7 +986,24 @@ def main():
         ids = [int(t) for t in np.random.default_rng(a.seed).integers(0, min(512, m.cfg["vocab_size"]), a.random)]
     else:
         ids = [int(t) for t in a.ids.split(",") if t.strip()]
+    if a.check_margins:
+        m.forward(ids)
+        worst = np.inf
+        for i, tr in sorted(m.trace.items()):
+            g = np.array([x for x in tr.get("margins", []) if x is not None])
+            if g.size:
+                worst = min(worst, float(g.min()))
+                print(f"layer {i}: {g.size} queries past index_topk {m.index_topk}: min relative margin "
+                      f"{g.min():.3e}, median {np.median(g):.3e}, below 1e-4: {int(np.sum(g < 1e-4))}")
+        print(f"min relative top-k margin {worst:.3e} (limit {a.min_margin:.0e})")
+        return 0 if worst >= a.min_margin else 1
     out_ids = m.greedy(ids, a.greedy) if a.greedy else []
+    if a.topk_out:
+        m.forward(ids + out_ids)
+        json.dump({"index_topk": m.index_topk, "ids": ids + out_ids,
+                   "layers": {str(i): [s.tolist() for s in tr["sets"]] for i, tr in m.trace.items() if "sets" in tr},
+                   "margins": {str(i): tr["margins"] for i, tr in m.trace.items() if "sets" in tr}},
+                  open(a.topk_out, "w"))
     if a.decode:
         dec = V4Decoder(m)
         seq = ids + out_ids

@@ -212,6 +212,23 @@ for m in v4-q:40 v4-r128:124; do
   $py "$tools/compare_logits.py" --model "$tmp/$m" --pagoda-json "$tmp/$m.json" --rtol 1e-10 \
     || fail "compare_logits on $m"
 done
+# c4a top-k margins of a 200-token random sequence, and the top-k sets file.
+$py "$tools/deepseek_v4_reference.py" --model "$tmp/v4" --random 200 --seed 1 --check-margins --min-margin 1e-6 \
+  | tail -1 || fail "V4 top-k margins"
+$py "$tools/deepseek_v4_reference.py" --model "$tmp/v4" --random 40 --topk-out "$tmp/v4-sets.json" >/dev/null \
+  || fail "V4 reference --topk-out"
+$py - "$tmp/v4-sets.json" <<'PY' || fail "V4 top-k sets file"
+import json, sys
+d = json.load(open(sys.argv[1]))
+k = d["index_topk"]
+assert sorted(d["layers"]) == ["1", "3"] and len(d["ids"]) == 40
+for layer, sets in d["layers"].items():
+    for t, s in enumerate(sets):
+        n = (t + 1) // 4  # spec §4.1: entries i < floor((t+1)/4) are valid
+        assert len(s) == min(k, n) and s == sorted(set(s)) and (not s or s[-1] < n), (layer, t, s)
+        assert (d["margins"][layer][t] is None) == (n <= k)
+print("V4 top-k sets file ok")
+PY
 # The quantised caches (spec §5.1: 584-B fp8 entries, MXFP4 indexer keys):
 # the JSON's kv_cache_dtype / indexer_cache_dtype select the same simulation.
 $py "$tools/deepseek_v4_reference.py" --model "$tmp/v4-q" --random 40 --seed 4 --greedy 6 --decode --fp8-cache \
