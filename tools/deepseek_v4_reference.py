@@ -354,9 +354,15 @@ class DeepseekV4Reference:
         return self.w[name].astype(np.float64)
 
     def _mm(self, x, name):
+        """x @ W[name].T in float64 (W stored [out, in]); large matrices are
+        widened in row blocks (the --wide checkpoint's head)."""
         if name in self.round_for:
             x = _bf16(x)
-        return x @ self.W_(name).T
+        w = self.w[name]
+        step = max(1, (1 << 24) // w.shape[1])
+        if w.shape[0] <= step:
+            return x @ w.astype(np.float64).T
+        return np.concatenate([x @ w[r : r + step].astype(np.float64).T for r in range(0, w.shape[0], step)], axis=-1)
 
     def _rms(self, x, weight=None):
         y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps)
@@ -551,7 +557,7 @@ class DeepseekV4Reference:
         return hc_post(self.moe(f, ids, i), X, post, C)
 
     def embed(self, ids):
-        e = self.W_("embed.weight")[np.asarray(ids)]
+        e = self.w["embed.weight"][np.asarray(ids)].astype(np.float64)
         return np.repeat(e[:, None, :], self.hc, axis=1)
 
     def streams(self, ids):

@@ -49,6 +49,16 @@ max_position_embeddings 512 (2048 with --real-ratio). --real-ratio: the
 real c128 ratio, compress_ratios [0, 4, 128, 4, 128, 0] + [0].
 Tokenizer: models/stories260k (vocab 512).
 
+--wide: benchmark preset with the DeepSeek-V4-Flash attention widths
+(spec §1.2): vocab 129280, hidden 4096, 64 heads x 512 (rope 64), q_lora
+1024, o_groups 8 x o_lora 1024, window 128, index 64 x 128 with top-k
+512, 4 layers compress_ratios [0, 4, 128, 4] (no MTP block),
+num_hash_layers 1, 8 experts of 2048 (2 active, 1 shared), swiglu_limit
+10, YaRN factor 16 over 65536, max_position_embeddings 1048576; tensors
+are written in 128-row chunks (little RAM; --fp8 --fp4-experts: 3.0 GB
+on disk, ~2 minutes). Tokenizer: Llama 3's (vocab 128256 < 129280; use
+token-id prompts).
+
 Random weights (spec §6.2: non-trivial everywhere): linear N(0, 1/sqrt(in));
 norms 1 + 0.1 N; embed N(0, 1); head N(0, 2/sqrt(hidden)); attn_sink
 N(0, 1); compressor ape N(0, 0.5) (spread the per-dim softmax gates);
@@ -90,6 +100,13 @@ TINY = dict(vocab=512, hidden=256, layers=6, mtp=1, ratios=[0, 4, 16, 4, 16, 0, 
             route_scale=1.5, swiglu_limit=1.0, rope_theta=10000.0, compress_rope_theta=160000.0, factor=4.0,
             orig_ctx=4096, beta_fast=32, beta_slow=1, max_pos=512, bos=1, eos=2)
 REAL_RATIO = dict(ratios=[0, 4, 128, 4, 128, 0, 0], max_pos=2048)
+# Benchmark preset: DeepSeek-V4-Flash attention widths (spec §1.2) with 4
+# layers (SWA, c4a, c128a, c4a), 8 experts of the real width, no MTP block.
+WIDE = dict(TINY, vocab=129280, hidden=4096, mtp=0, ratios=[0, 4, 128, 4], window=128, heads=64, head_dim=512,
+            rope=64, q_lora=1024, o_groups=8, o_lora=1024, index_heads=64, index_dim=128, index_topk=512,
+            experts=8, active=2, moe_inter=2048, hash_layers=1, swiglu_limit=10.0, factor=16.0, orig_ctx=65536,
+            max_pos=1048576, bos=128000, eos=128001)
+LLAMA3_TOKENIZER = os.path.join(HERE, "..", "tests", "data", "tokenizers", "llama3")
 
 
 # ---- quantisers (spec §0.4) -------------------------------------------------
@@ -237,18 +254,29 @@ def tensor_list(c):
 
 
 def draw(seed, name, kind, shape, std, c):
+    """The values of one tensor, yielded in chunks of BLOCK rows (the FP8
+    block height, so chunks quantise independently; --wide never holds a
+    whole embedding in memory)."""
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     if kind == "tid2eid":
         E, k = c["n_routed_experts"], c["num_experts_per_tok"]
-        return np.stack([rng.permutation(E)[:k] for _ in range(shape[0])]).astype(np.int64)
-    if kind == "f32":
-        mean, sd = std
-        return (mean + sd * rng.standard_normal(shape)).astype(np.float32)
-    if kind == "bias":
-        return rng.uniform(0.0, std, shape).astype(np.float32)
-    if kind == "norm":
-        return (1.0 + std * rng.standard_normal(shape)).astype(np.float32)
-    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std))
+        yield np.argsort(rng.random((shape[0], E)), axis=1)[:, :k].astype(np.int64)  # k distinct experts per token
+        return
+    if len(shape) == 1:
+        if kind == "f32":
+            yield (std[0] + std[1] * rng.standard_normal(shape)).astype(np.float32)
+        elif kind == "bias":
+            yield rng.uniform(0.0, std, shape).astype(np.float32)
+        else:  # norm
+            yield (1.0 + std * rng.standard_normal(shape)).astype(np.float32)
+        return
+    rows, cols = shape
+    for r in range(0, rows, BLOCK):
+        n = min(BLOCK, rows - r)
+        if kind == "f32":
+            yield (std[0] + std[1] * rng.standard_normal((n, cols))).astype(np.float32)
+        else:
+            yield rng.standard_normal((n, cols), dtype=np.float32) * np.float32(std)
 
 
 def build_config(a, p):
@@ -310,6 +338,7 @@ def main():
     ap.add_argument("--fp8", action="store_true", help="FP8 e4m3 weights with E8M0 128x128 block scales (X.scale)")
     ap.add_argument("--fp4-experts", action="store_true", help="routed experts in FP4 e2m1 (I8 packed) + E8M0/32")
     ap.add_argument("--real-ratio", action="store_true", help="compress_ratios [0,4,128,4,128,0]+[0]")
+    ap.add_argument("--wide", action="store_true", help="benchmark preset: V4-Flash attention widths, 4 layers")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--compress-ratios", help="comma-separated, num_hidden_layers + MTP entries")
@@ -326,7 +355,9 @@ def main():
         ap.add_argument("--" + k.replace("_", "-"), type=float, default=None)
     a = ap.parse_args()
 
-    p = dict(TINY)
+    p = dict(WIDE if a.wide else TINY)
+    if a.real_ratio and a.wide:
+        ap.error("--real-ratio and --wide exclude each other")
     if a.real_ratio:
         p.update(REAL_RATIO)
     for k in list(ints) + ["route_scale", "swiglu_limit", "rope_theta", "compress_rope_theta", "factor"]:
@@ -385,23 +416,29 @@ def main():
                     w.write(name, pending)
                     continue
                 lshape = q[1] if q else shape
-                v = draw(a.seed, name, kind, lshape, std, c)
-                if q and q[0] == "fp8":
-                    codes, pending = fp8_block_quantize_ue8m0(v)
-                    w.write(name, codes)
-                elif q and q[0] == "fp4":
-                    packed, pending = fp4_quantize(v)
-                    w.write(name, packed.view(np.int8))
-                else:
-                    w.write(name, v)
+                scales = []
+                for v in draw(a.seed, name, kind, lshape, std, c):
+                    if q and q[0] == "fp8":
+                        codes, sc = fp8_block_quantize_ue8m0(v)
+                        w.write(name, codes)
+                        scales.append(sc)
+                    elif q and q[0] == "fp4":
+                        packed, sc = fp4_quantize(v)
+                        w.write(name, packed.view(np.int8))
+                        scales.append(sc)
+                    else:
+                        w.write(name, v)
+                if scales:
+                    pending = np.concatenate(scales, axis=0)
     if shards > 1:
         json.dump({"metadata": {}, "weight_map": weight_map},
                   open(os.path.join(a.out, "model.safetensors.index.json"), "w"), indent=2)
     json.dump(c, open(os.path.join(a.out, "config.json"), "w"), indent=2)
     json.dump({"bos_token_id": p["bos"], "eos_token_id": p["eos"]},
               open(os.path.join(a.out, "generation_config.json"), "w"))
+    tok = LLAMA3_TOKENIZER if p["vocab"] >= 128256 else STORIES  # both produce ids < vocab_size
     for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(STORIES, f), a.out)
+        shutil.copy(os.path.join(tok, f), a.out)
 
 
 if __name__ == "__main__":
