@@ -320,7 +320,8 @@ class DeepseekV4Reference:
     def _load(self, model_dir):
         raw, dtypes = load_dir(model_dir, raw_fp8=True), load_dir_dtypes(model_dir)
         q = self.cfg.get("quantization_config")
-        if q is not None and (q.get("quant_method") != "fp8" or q.get("weight_block_size", [128, 128]) != [128, 128]):
+        if q is not None and (q.get("quant_method") != "fp8" or q.get("weight_block_size", [128, 128]) != [128, 128]
+                              or q.get("scale_fmt", "ue8m0") != "ue8m0"):
             raise ValueError(f"quantization_config {q!r} is not modelled")
         w = {}
         for name, arr in raw.items():
@@ -689,8 +690,10 @@ class V4Decoder:
         m, t = self.m, self.n
         self.ids.append(token)
         X = m.embed([token])
+        self.layer_out = []
         for i in range(m.L):
             X = m.layer(X, [token], i, lambda a, i=i: self._attn_step(a, i, t))
+            self.layer_out.append(X[0])
         self.n += 1
         return m.head(X)[0]
 
@@ -928,14 +931,19 @@ def model_checks(mdir, T, check, rng, quick):
     splits = sorted({x for x in (1, 2, 3, 4, 5, r_ - 1, r_, r_ + 1, m.W - 1, m.W, m.W + 1, T) + extra if 0 < x <= T})
     if quick:
         splits = [x for x in splits if x in (1, r_ + 1, m.W, T)]
-    worst = 0.0
+    worst, worst_layer = 0.0, 0.0
+    ref_X = [tr[i]["X"] for i in range(m.L)]
     for P in splits:
         dec = V4Decoder(m)
         rows = list(dec.prefill(ids[:P]))
         for t in range(P, T):
             rows.append(dec.step(ids[t]))
+            for i in range(m.L):
+                worst_layer = max(worst_layer, float(np.max(np.abs(dec.layer_out[i] - ref_X[i][t]))
+                                                     / np.max(np.abs(ref_X[i][t]))))
         worst = max(worst, float(np.max(np.abs(np.array(rows) - full)) / scale))
-    check(worst < 1e-12, f"{tag} decode == recompute for prefill splits {splits}, T={T} (worst {worst:.1e}) (inv. 1)")
+    check(worst < 1e-12 and worst_layer < 1e-12, f"{tag} decode == recompute for prefill splits {splits}, T={T}: "
+          f"logits worst {worst:.1e}, per-layer streams worst {worst_layer:.1e} (inv. 1)")
     # Quantised caches (spec §0.4, §5.1): the fp8 entry keeps its rope dims in
     # bf16 and its nope dims on a per-64 ue8m0 e4m3 grid; decode == recompute
     # holds there too (a rounding flip between the [T, dim] and [1, dim]

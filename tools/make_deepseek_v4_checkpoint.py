@@ -339,6 +339,10 @@ def main():
     ap.add_argument("--fp4-experts", action="store_true", help="routed experts in FP4 e2m1 (I8 packed) + E8M0/32")
     ap.add_argument("--real-ratio", action="store_true", help="compress_ratios [0,4,128,4,128,0]+[0]")
     ap.add_argument("--wide", action="store_true", help="benchmark preset: V4-Flash attention widths, 4 layers")
+    ap.add_argument("--broken", choices=["missing-scale", "scale-shape", "fp4-scale-shape", "unknown-scale-fmt"],
+                    help="a bad checkpoint for refusal tests: layers.0.attn.wq_a loses its .scale (--fp8) or gets "
+                         "one scale column too many (--fp8); layers.0.ffn.experts.0.w1.scale gets one column too "
+                         "many (--fp4-experts); quantization_config.scale_fmt 'ue4m3' (--fp8)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--compress-ratios", help="comma-separated, num_hidden_layers + MTP entries")
@@ -380,7 +384,13 @@ def main():
         ap.error("--fp4-experts needs hidden and moe_intermediate multiples of 32")
     if p["vocab"] < 512:
         ap.error("vocab must be >= 512 (the copied tokenizer's size)")
+    if a.broken in ("missing-scale", "scale-shape", "unknown-scale-fmt") and not a.fp8:
+        ap.error(f"--broken {a.broken} needs --fp8")
+    if a.broken == "fp4-scale-shape" and not a.fp4_experts:
+        ap.error("--broken fp4-scale-shape needs --fp4-experts")
     c = build_config(a, p)
+    if a.broken == "unknown-scale-fmt":
+        c["quantization_config"]["scale_fmt"] = "ue4m3"
     specs = tensor_list(c)
 
     os.makedirs(a.out, exist_ok=True)
@@ -401,6 +411,13 @@ def main():
                           (sname, "F8_E8M0", (-(-shape[0] // BLOCK), -(-shape[1] // BLOCK)), "scale", 0, None)])
         else:
             units.append([(name, float_dt, shape, kind, std, None)])
+    for u in units:
+        if a.broken == "missing-scale" and u[0][0] == "layers.0.attn.wq_a.weight":
+            del u[1:]
+        if (a.broken == "scale-shape" and u[0][0] == "layers.0.attn.wq_a.weight") or (
+                a.broken == "fp4-scale-shape" and u[0][0] == "layers.0.ffn.experts.0.w1.weight"):
+            n, dt, sh, kind, std, q = u[1]
+            u[1] = (n, dt, (sh[0], sh[1] + 1), "badscale", std, q)
     shards = max(1, a.shards)
     files = ["model.safetensors"] if shards == 1 else [
         f"model-{s + 1:05d}-of-{shards:05d}.safetensors" for s in range(shards)]
@@ -414,6 +431,9 @@ def main():
                 weight_map[name] = fname
                 if kind == "scale":
                     w.write(name, pending)
+                    continue
+                if kind == "badscale":  # --broken: the right scales plus a column of 1.0 (code 127)
+                    w.write(name, np.pad(pending, [(0, 0), (0, 1)], constant_values=127))
                     continue
                 lshape = q[1] if q else shape
                 scales = []

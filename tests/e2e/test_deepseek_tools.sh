@@ -212,6 +212,14 @@ for m in v4-q:40 v4-r128:124; do
   $py "$tools/compare_logits.py" --model "$tmp/$m" --pagoda-json "$tmp/$m.json" --rtol 1e-10 \
     || fail "compare_logits on $m"
 done
+# Bad V4 checkpoints (for the engine's refusal tests) are refused by the V4 reference too.
+for b in missing-scale scale-shape fp4-scale-shape unknown-scale-fmt; do
+  v4write "v4-broken-$b" --fp8 --fp4-experts --broken "$b"
+  if (cd "$tools" && $py -c "import sys; from deepseek_v4_reference import DeepseekV4Reference as R; R(sys.argv[1])" \
+      "$tmp/v4-broken-$b" 2>/dev/null); then
+    fail "V4 reference accepted the --broken $b checkpoint"
+  fi
+done
 # c4a top-k margins of a 200-token random sequence, and the top-k sets file.
 $py "$tools/deepseek_v4_reference.py" --model "$tmp/v4" --random 200 --seed 1 --check-margins --min-margin 1e-6 \
   | tail -1 || fail "V4 top-k margins"
