@@ -168,7 +168,7 @@ def tensor_list(c):
     f32 (kept fp32: normal N(mean, std) given as (mean, std)), bias (U(0,
     std)), tid2eid. quant: None, "fp8" (FP8-able matrix) or "expert" (a
     routed expert matrix: FP8 or FP4)."""
-    D, H, hd, rd = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["qk_rope_head_dim"]
+    D, H, hd = c["hidden_size"], c["num_attention_heads"], c["head_dim"]
     hc, ql, G, ol = c["hc_mult"], c["q_lora_rank"], c["o_groups"], c["o_lora_rank"]
     HI, DI = c["index_n_heads"], c["index_head_dim"]
     E, mi = c["n_routed_experts"], c["moe_intermediate_size"]
