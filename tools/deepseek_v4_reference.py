@@ -817,7 +817,8 @@ def self_test(model_dir=None, quick=False, long=False):
             lf = DeepseekV4Reference(f"{tmp}/r16").forward([5, 9, 300, 7])
             lq = mq.forward([5, 9, 300, 7])
             rel = np.max(np.abs(lq - lf)) / np.max(np.abs(lf))
-            check(rel < 0.5 and np.all(np.isfinite(lq)), f"FP8+FP4 checkpoint runs, logits near the f32 one ({rel:.2e})")
+            check(rel < 0.5 and np.all(np.isfinite(lq)),
+                  f"FP8+FP4 checkpoint runs, logits near the f32 one ({rel:.2e})")
         for mdir, T in variants:
             model_checks(mdir, T or 40, check, rng, quick)
     n_ok = "all" if not failures else f"{len(failures)} FAILED"
