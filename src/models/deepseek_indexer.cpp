@@ -103,12 +103,7 @@ void LightningIndexer::select(const float* x, const float* c_q, const BatchMetad
 
   const ops::IndexerLayout layout{kv.block_size, static_cast<int>(d), kv.dtype};
   ops::write_indexer_k(k_.data(), group.slot_mapping.data(), tokens, layout, cache);
-  ops::AttentionBatch ab;
-  ab.num_seqs = batch.num_seqs();
-  ab.query_start_loc = batch.query_start_loc.data();
-  ab.seq_lens = batch.seq_lens.data();
-  ab.block_tables = group.block_tables.data();
-  ab.max_blocks_per_seq = group.max_blocks_per_seq;
+  const ops::AttentionBatch ab = attention_batch(batch, group);
   // Positions, not slots: the latent cache is another group, with block
   // tables of its own. In position order, so that with index_topk >= the
   // context the sparse attention reads exactly the dense one's keys in its

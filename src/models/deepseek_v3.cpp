@@ -450,12 +450,7 @@ void DeepseekV3Model::attention(const Layer& w, const BatchMetadata& batch,
     ops::linear(ws.head_in.data(), tokens, w.uk_t[hh], nullptr, ws.q_lat.data() + hh * entry,
                 hn * entry);
   }
-  ops::AttentionBatch ab;
-  ab.num_seqs = batch.num_seqs();
-  ab.query_start_loc = batch.query_start_loc.data();
-  ab.seq_lens = batch.seq_lens.data();
-  ab.block_tables = group.block_tables.data();
-  ab.max_blocks_per_seq = group.max_blocks_per_seq;
+  const ops::AttentionBatch ab = attention_batch(batch, group);
   // The latent outputs head-major [heads, tokens, kv_lora]: each head's
   // rows are then one matrix for its W_UV product.
   ops::MlaStrides head_major;
@@ -532,16 +527,8 @@ void DeepseekV3Model::forward(const BatchMetadata& batch, const KVCacheView& kv,
                       ws_.hidden.data());
     ffn(w, tokens);
   }
-  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = batch.logits_indices[r];
-    PAGODA_CHECK(t >= 0 && t < tokens, "logits index {}", t);
-    for (int64_t j = 0; j < h; ++j) {
-      ws_.selected[r * h + j] = ws_.residual[t * h + j] + ws_.proj[t * h + j];
-    }
-  }
-  ops::rms_norm(ws_.selected.data(), final_norm_, rows, h, eps, ws_.selected.data());
-  vocab_.logits(ws_.selected.data(), rows, logits);
+  vocab_.final_logits(batch.logits_indices, tokens, ws_.residual.data(), ws_.proj.data(),
+                      final_norm_, eps, ws_.selected.data(), logits);
 }
 
 }  // namespace

@@ -243,12 +243,7 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
   in.slot_mapping = group.slot_mapping.data();
   ops::prepare_attention_inputs(in, layout, k_cache, v_cache);
 
-  ops::AttentionBatch ab;
-  ab.num_seqs = batch.num_seqs();
-  ab.query_start_loc = batch.query_start_loc.data();
-  ab.seq_lens = batch.seq_lens.data();
-  ab.block_tables = group.block_tables.data();
-  ab.max_blocks_per_seq = group.max_blocks_per_seq;
+  ops::AttentionBatch ab = attention_batch(batch, group);
   ab.sliding_window = static_cast<int>(w.sliding_window);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ops::paged_attention(ws_.q.data(), k_cache, v_cache, layout, ab, q_heads, scale, ws_.attn.data());
@@ -292,18 +287,8 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
     }
     comm_.all_reduce_sum(ws_.proj.data(), tokens * h);  // row-parallel down_proj
   }
-  // Only the rows whose logits are wanted go through the final norm and the
-  // (large) LM head.
-  const int64_t rows = static_cast<int64_t>(batch.logits_indices.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = batch.logits_indices[r];
-    PAGODA_CHECK(t >= 0 && t < tokens, "logits index {}", t);
-    for (int64_t j = 0; j < h; ++j) {
-      ws_.selected[r * h + j] = ws_.residual[t * h + j] + ws_.proj[t * h + j];
-    }
-  }
-  ops::rms_norm(ws_.selected.data(), final_norm_, rows, h, eps, ws_.selected.data());
-  vocab_.logits(ws_.selected.data(), rows, logits);
+  vocab_.final_logits(batch.logits_indices, tokens, ws_.residual.data(), ws_.proj.data(),
+                      final_norm_, eps, ws_.selected.data(), logits);
 }
 
 }  // namespace

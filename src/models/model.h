@@ -44,6 +44,19 @@ struct BatchMetadata {
   int32_t num_seqs() const { return static_cast<int32_t>(seq_lens.size()); }
 };
 
+// How attention sees the step's sequences through one group's block tables
+// (sliding_window left 0 for the caller to set).
+inline ops::AttentionBatch attention_batch(const BatchMetadata& batch,
+                                           const KVGroupMetadata& group) {
+  ops::AttentionBatch ab;
+  ab.num_seqs = batch.num_seqs();
+  ab.query_start_loc = batch.query_start_loc.data();
+  ab.seq_lens = batch.seq_lens.data();
+  ab.block_tables = group.block_tables.data();
+  ab.max_blocks_per_seq = group.max_blocks_per_seq;
+  return ab;
+}
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
 #include "models/linear_weights.h"
 
 namespace pagoda {
@@ -90,6 +91,22 @@ void VocabParallelEmbedding::logits(const float* x, int64_t rows, float* logits)
                   static_cast<size_t>(count) * sizeof(float));
     }
   }
+}
+
+void VocabParallelEmbedding::final_logits(const std::vector<int32_t>& rows, int64_t tokens,
+                                          const float* residual, const float* last,
+                                          const float* final_norm, float eps, float* selected,
+                                          float* logits) {
+  const auto n = static_cast<int64_t>(rows.size());
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t t = rows[r];
+    PAGODA_CHECK(t >= 0 && t < tokens, "logits index {}", t);
+    for (int64_t j = 0; j < hidden_; ++j) {
+      selected[r * hidden_ + j] = residual[t * hidden_ + j] + last[t * hidden_ + j];
+    }
+  }
+  ops::rms_norm(selected, final_norm, n, hidden_, eps, selected);
+  this->logits(selected, n, logits);
 }
 
 }  // namespace pagoda

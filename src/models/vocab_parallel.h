@@ -45,6 +45,14 @@ class VocabParallelEmbedding {
   // logits[r, :] = head(x[r, :]) for rows of x [rows, hidden]; rank 0 only
   // (the other ranks pass logits = null and only take part).
   void logits(const float* x, int64_t rows, float* logits);
+  // A decoder's output: for each row t of `rows` (the batch's
+  // logits_indices), the final hidden state residual[t] + last[t] (the
+  // last sublayer's output, not yet added), RMS-normalised with
+  // final_norm, through the head. Only those rows go through the norm and
+  // the (large) head. selected: scratch of rows.size() x hidden.
+  void final_logits(const std::vector<int32_t>& rows, int64_t tokens, const float* residual,
+                    const float* last, const float* final_norm, float eps, float* selected,
+                    float* logits);
 
   const ops::Matrix& head() const { return head_; }
   const VocabShard& shard() const { return shard_; }

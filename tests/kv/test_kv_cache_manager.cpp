@@ -18,7 +18,7 @@ constexpr int32_t kBlockSize = 4;
 KVCachePlan plan_for_windows(const std::vector<int64_t>& windows) {
   std::vector<LayerKVCache> caches;
   for (size_t l = 0; l < windows.size(); ++l) {
-    caches.push_back({static_cast<int32_t>(l), "k", {.sliding_window = windows[l], .entry_bytes = 8}});
+    caches.push_back({static_cast<int32_t>(l), "k", {.sliding_window = windows[l], .entry_bytes = 8, .format = "k"}});
   }
   return plan_kv_cache(caches, kBlockSize);
 }
