@@ -37,9 +37,10 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
          "--kv-cache-dtype",
          [&o](const std::string& name) { o.kv_cache_dtype = parse_kv_cache_dtype(name); },
          "KV cache element type: auto (bf16 for bf16 checkpoints, f32 otherwise), bf16 (half "
-         "the memory and the bytes attention reads; twice the tokens per --kv-cache-memory) "
-         "or f32")
-      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
+         "the memory and the bytes attention reads; twice the tokens per --kv-cache-memory), "
+         "f32, or fp8 (DeepSeek V3/V3.2: e4m3 latents with a f32 scale per 128 values and "
+         "bf16 rope values, 656 bytes a token and layer; e4m3 indexer keys with a f32 scale)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32", "fp8"}))
       ->default_str("auto");
   cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one step")
       ->check(CLI::Range(1, 1 << 20))

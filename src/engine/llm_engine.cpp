@@ -109,6 +109,13 @@ int32_t block_size_of(const CausalLM& model, const EngineOptions& options) {
 }
 
 KVCachePlan kv_cache_plan(const CausalLM& model, const EngineOptions& options) {
+  const DType dtype = kv_dtype_of(model, options);
+  if (!model.supports_kv_cache_dtype(dtype)) {
+    throw_input_error(
+        "--kv-cache-dtype {} is not supported for {} (fp8 is for DeepSeek's MLA caches with "
+        "kv_lora_rank a multiple of 128)",
+        kv_dtype_label(dtype), model.config().architecture);
+  }
   return plan_kv_cache(model.kv_cache_specs(kv_dtype_of(model, options)),
                        block_size_of(model, options));
 }

@@ -12,6 +12,8 @@ std::string_view kv_cache_dtype_name(KVCacheDType d) {
       return "f32";
     case KVCacheDType::BF16:
       return "bf16";
+    case KVCacheDType::Fp8:
+      return "fp8";
   }
   return "?";
 }
@@ -20,7 +22,8 @@ KVCacheDType parse_kv_cache_dtype(std::string_view name) {
   if (name == "auto") return KVCacheDType::Auto;
   if (name == "f32") return KVCacheDType::F32;
   if (name == "bf16") return KVCacheDType::BF16;
-  throw_input_error("unknown KV cache dtype '{}' (choose auto, bf16 or f32)", name);
+  if (name == "fp8") return KVCacheDType::Fp8;
+  throw_input_error("unknown KV cache dtype '{}' (choose auto, bf16, f32 or fp8)", name);
 }
 
 DType resolve_kv_cache_dtype(KVCacheDType choice, DType weight_dtype) {
@@ -29,12 +32,16 @@ DType resolve_kv_cache_dtype(KVCacheDType choice, DType weight_dtype) {
       return DType::F32;
     case KVCacheDType::BF16:
       return DType::BF16;
+    case KVCacheDType::Fp8:
+      return DType::F8E4M3;
     case KVCacheDType::Auto:
       break;
   }
   return weight_dtype == DType::BF16 ? DType::BF16 : DType::F32;
 }
 
-std::string_view kv_dtype_label(DType d) { return d == DType::BF16 ? "bf16" : "f32"; }
+std::string_view kv_dtype_label(DType d) {
+  return d == DType::BF16 ? "bf16" : d == DType::F8E4M3 ? "fp8" : "f32";
+}
 
 }  // namespace pagoda

@@ -1,5 +1,6 @@
 // The KV cache's element type (--kv-cache-dtype, as in vLLM): "auto" follows
-// the checkpoint's weights, or f32 / bf16 explicitly.
+// the checkpoint's weights, or f32 / bf16 explicitly, or fp8 (DeepSeek's
+// MLA models: e4m3 values with f32 scales, the "fp8_ds_mla" layout).
 #pragma once
 
 #include <string_view>
@@ -8,10 +9,10 @@
 
 namespace pagoda {
 
-enum class KVCacheDType { Auto, F32, BF16 };
+enum class KVCacheDType { Auto, F32, BF16, Fp8 };
 
 std::string_view kv_cache_dtype_name(KVCacheDType d);
-// "auto", "bf16" or "f32"; anything else throws InputError naming the choices.
+// "auto", "bf16", "f32" or "fp8"; anything else throws InputError naming the choices.
 KVCacheDType parse_kv_cache_dtype(std::string_view name);
 
 // The cache dtype to use for a checkpoint whose weights are stored as
@@ -22,7 +23,8 @@ KVCacheDType parse_kv_cache_dtype(std::string_view name);
 // the model's own dtype and there is no f16 cache.
 DType resolve_kv_cache_dtype(KVCacheDType choice, DType weight_dtype);
 
-// Short lower-case name of a cache dtype for messages: "f32" or "bf16".
+// Short lower-case name of a cache dtype for messages: "f32", "bf16" or
+// "fp8" (F8E4M3).
 std::string_view kv_dtype_label(DType d);
 
 }  // namespace pagoda

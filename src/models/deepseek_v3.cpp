@@ -153,6 +153,12 @@ class DeepseekV3Model final : public CausalLM {
     return total;
   }
 
+  // fp8: the "fp8_ds_mla" latent entries (scales per 128 latent values).
+  bool supports_kv_cache_dtype(DType d) const override {
+    return d == DType::F32 || d == DType::BF16 ||
+           (d == DType::F8E4M3 && ds_.kv_lora_rank % ops::kMlaFp8Group == 0);
+  }
+
   // V3.2's sparse caches use 64-token pages, as the seed's (vLLM's) do.
   int32_t default_block_size() const override { return ds_.index_topk > 0 ? 64 : 16; }
 

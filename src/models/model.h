@@ -83,6 +83,11 @@ class CausalLM {
   // Whether the linear matrices (bf16 or int8) were repacked into GEMM
   // panels at load (ops/packed.h).
   virtual bool repacked_weights() const { return false; }
+  // Whether kv_cache_specs and forward handle a cache of this element type
+  // (F32 and BF16 everywhere; F8E4M3 where the model has a format for it).
+  virtual bool supports_kv_cache_dtype(DType d) const {
+    return d == DType::F32 || d == DType::BF16;
+  }
   // Tokens per KV block when the user does not choose (--block-size).
   virtual int32_t default_block_size() const { return 16; }
   // Anything about the load a user should see in the start-up line (e.g.

@@ -155,6 +155,21 @@ print(f"ok V3.2 with index_topk >= T equals V3: worst relative {err:.1e}")
 PY
 invariants v32
 
+# --kv-cache-dtype fp8: the seed's "fp8_ds_mla" latent entries (e4m3 with an
+# f32 scale per 128 latent values, bf16 rope values; kv_lora_rank 128 here
+# so there are whole groups) and e4m3 indexer keys with a per-token scale,
+# against the reference's simulation of the same formats. 5e-3: the engine
+# quantises f32 values and the reference f64 ones, so a value at an e4m3
+# rounding midpoint gets the neighbouring code, a step of 1/16 of itself
+# (measured: 1.7e-6 on one checkpoint, 5.6e-4 on another).
+make_ckpt v32-kv128 --arch v32 --dtype f32 --kv-lora 128 --seed 1
+make_ckpt v3-kv128 --dtype f32 --kv-lora 128 --seed 2
+check v32-fp8-cache v32-kv128 5e-3 --block-size 16 --kv-cache-dtype fp8
+check v3-fp8-cache v3-kv128 5e-3 --block-size 4 --kv-cache-dtype fp8
+"$pagoda" generate --model "$tmp/f32" --prompt hi --max-tokens 2 --kv-cache-dtype fp8 >/dev/null 2>"$tmp/fp8.err"
+[[ $? -eq 2 ]] && grep -q "kv_lora_rank a multiple of 128" "$tmp/fp8.err" ||
+  fail "fp8 cache on kv_lora_rank 64 not refused clearly: $(cat "$tmp/fp8.err")"
+
 # Bad FP8 checkpoints are refused at load with exit 2, naming the tensor
 # (or config field) and the reason.
 refuse() {  # refuse BROKEN EXPECTED-TEXT
