@@ -233,6 +233,7 @@ EngineStats LLMEngine::stats() const {
   s.num_running = scheduler_->num_running();
   s.num_waiting = scheduler_->num_waiting();
   s.kv_blocks_total = kv_->num_blocks();
+  s.kv_token_capacity = int64_t{kv_->num_blocks()} * kv_->block_size();
   s.kv_blocks_free = kv_->num_free_blocks();
   s.prefix_cache_queried_tokens = kv_->queried_tokens();
   s.prefix_cache_hit_tokens = kv_->hit_tokens();

@@ -56,6 +56,7 @@ struct EngineStats {
   size_t num_waiting = 0;
   int32_t kv_blocks_total = 0;
   int32_t kv_blocks_free = 0;  // includes cached blocks no request uses
+  int64_t kv_token_capacity = 0;  // token positions the pool holds (blocks x block size)
   int64_t prefix_cache_queried_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
   int64_t num_preemptions = 0;  // since start, all requests

@@ -116,6 +116,9 @@ std::string Metrics::render(const EngineStats& s, const std::string& model_name)
          {{"", s.kv_blocks_total}});
   family("gauge", "pagoda_kv_cache_blocks_free", "KV-cache blocks no request holds.",
          {{"", s.kv_blocks_free}});
+  family("gauge", "pagoda_kv_cache_token_capacity",
+         "Token positions the KV cache holds (blocks x block size), in the cache's dtype.",
+         {{"", static_cast<double>(s.kv_token_capacity)}});
   both("gauge", "pagoda_kv_cache_usage_perc", "vllm:kv_cache_usage_perc",
        "Fraction of KV-cache blocks in use.", usage);
   // vLLM's older name, still used by its example Grafana dashboard.

@@ -73,3 +73,12 @@ test("a text prompt is served", async () => {
   assert.ok(r.usage.prompt_tokens > 0);
   assert.ok(["length", "stop"].includes(r.choices[0].finish_reason));
 });
+
+test("/metrics reports the KV cache's token capacity, as the start-up line does", async () => {
+  const slots = Number(server.stderr().match(/= (\d+) token slots/)[1]);
+  const metrics = await (await fetch(server.url + "/metrics")).text();
+  const capacity = Number(metrics.match(/^pagoda_kv_cache_token_capacity (\d+)/m)[1]);
+  const blocks = Number(metrics.match(/^pagoda_kv_cache_blocks_total (\d+)/m)[1]);
+  assert.equal(capacity, slots);
+  assert.equal(capacity, blocks * 4);  // --block-size 4
+});
