@@ -102,8 +102,11 @@ mkdir -p "$tmp/notamodel"
 expect_exit 2 "config.json" -- "$pagoda" generate --model "$tmp/notamodel" --prompt hi
 for cmd in generate serve logits "bench latency" "bench throughput"; do
   # shellcheck disable=SC2086
-  expect_exit 2 "kv-cache-dtype" -- "$pagoda" $cmd --model "$model" --kv-cache-dtype fp8
+  expect_exit 2 "kv-cache-dtype" -- "$pagoda" $cmd --model "$model" --kv-cache-dtype fp16
 done
+# fp8 is a DeepSeek (MLA) format: a Llama model refuses it at start-up.
+expect_exit 2 "kv-cache-dtype fp8 is not supported" -- "$pagoda" generate --model "$model" \
+  --prompt hi --kv-cache-dtype fp8
 
 # --kv-cache-dtype: the summary names the cache dtype (auto keeps f32 for
 # the f32 demo model), and a bf16 cache holds twice the blocks of an f32

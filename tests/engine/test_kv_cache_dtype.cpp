@@ -2,6 +2,7 @@
 // holds twice the blocks of an f32 one in the same memory, and greedy
 // outputs with a bf16 cache still do not depend on batch composition (and
 // stay close to the f32 cache's).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -31,12 +32,23 @@ EngineOptions with_kv(KVCacheDType d) {
   return o;
 }
 
-TEST(KvCacheDtype, ParsesTheThreeChoicesAndRefusesOthers) {
+TEST(KvCacheDtype, ParsesTheFourChoicesAndRefusesOthers) {
   EXPECT_EQ(parse_kv_cache_dtype("auto"), KVCacheDType::Auto);
   EXPECT_EQ(parse_kv_cache_dtype("bf16"), KVCacheDType::BF16);
   EXPECT_EQ(parse_kv_cache_dtype("f32"), KVCacheDType::F32);
-  EXPECT_THROW(parse_kv_cache_dtype("fp8"), InputError);
+  EXPECT_EQ(parse_kv_cache_dtype("fp8"), KVCacheDType::Fp8);
+  EXPECT_THROW(parse_kv_cache_dtype("fp16"), InputError);
   EXPECT_THROW(parse_kv_cache_dtype("BF16 "), InputError);
+}
+
+TEST(KvCacheDtype, Fp8IsRefusedForModelsWithoutAnFp8Format) {
+  // The Llama family has no fp8 K/V format: a clear refusal at start-up.
+  try {
+    LLM llm(test::kDemoModel, with_kv(KVCacheDType::Fp8));
+    FAIL() << "an fp8 cache was accepted for a Llama model";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("--kv-cache-dtype fp8 is not supported"));
+  }
 }
 
 TEST(KvCacheDtype, AutoFollowsTheCheckpointsWeights) {
