@@ -44,6 +44,7 @@ void serialize(const BatchMetadata& b, std::vector<uint8_t>& buf) {
   for (const KVGroupMetadata& g : b.kv_groups) {
     put(buf, g.slot_mapping);
     put(buf, g.block_tables);
+    put(buf, g.block_table_rows);
     put(buf, std::vector<int32_t>{g.max_blocks_per_seq});
   }
 }
@@ -59,6 +60,7 @@ void deserialize(const std::vector<uint8_t>& buf, BatchMetadata& b) {
   for (KVGroupMetadata& g : b.kv_groups) {
     get(buf, at, g.slot_mapping);
     get(buf, at, g.block_tables);
+    get(buf, at, g.block_table_rows);
     get(buf, at, max_blocks);
     PAGODA_CHECK(max_blocks.size() == 1, "bad step message");
     g.max_blocks_per_seq = max_blocks[0];
@@ -78,6 +80,80 @@ ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan, int64_t num_b
   batch_.kv_groups.resize(plan_.groups.size());
 }
 
+void ModelRunner::update_block_tables(const SchedulerOutput& out) {
+  const size_t num_groups = plan_.groups.size();
+  // Rows of requests not scheduled this step go back (a request that runs
+  // again later gets a fresh row and a full copy).
+  std::vector<char> keep(table_rows_.size(), 0);
+  std::vector<int32_t> row_of(out.scheduled.size());
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const KVRequestState* kv = &out.scheduled[i].request->kv;
+    const auto it = row_index_.find(kv);
+    int32_t row = -1;
+    if (it != row_index_.end() && table_rows_[it->second].generation == kv->generation) {
+      row = it->second;
+    } else {
+      if (it != row_index_.end()) row_index_.erase(it);  // a new admission: start over
+      row = static_cast<int32_t>(table_rows_.size());
+      for (int32_t r = 0; r < static_cast<int32_t>(table_rows_.size()); ++r) {
+        if (table_rows_[r].owner == nullptr) {
+          row = r;
+          break;
+        }
+      }
+      if (row == static_cast<int32_t>(table_rows_.size())) {
+        table_rows_.emplace_back();
+        keep.push_back(0);
+      }
+      table_rows_[row] = {kv, kv->generation, std::vector<size_t>(num_groups, 0)};
+      row_index_[kv] = row;
+    }
+    keep[row] = 1;
+    row_of[i] = row;
+  }
+  for (size_t r = 0; r < table_rows_.size(); ++r) {
+    if (!keep[r] && table_rows_[r].owner != nullptr) {
+      row_index_.erase(table_rows_[r].owner);
+      table_rows_[r].owner = nullptr;
+    }
+  }
+  const auto num_rows = static_cast<int64_t>(table_rows_.size());
+  for (size_t g = 0; g < num_groups; ++g) {
+    KVGroupMetadata& gm = batch_.kv_groups[g];
+    int32_t needed = 1;
+    for (const ScheduledRequest& sr : out.scheduled) {
+      needed = std::max(needed, static_cast<int32_t>(sr.request->kv.block_tables[g].size()));
+    }
+    const int32_t stride = needed > gm.max_blocks_per_seq
+                               ? std::max(needed, 2 * gm.max_blocks_per_seq)
+                               : gm.max_blocks_per_seq;
+    if (stride != gm.max_blocks_per_seq ||
+        static_cast<int64_t>(gm.block_tables.size()) < num_rows * stride) {
+      // A longer sequence (rows widened, doubling so this stays rare) or
+      // more rows: carry over what every live row holds.
+      std::vector<int32_t> wider(num_rows * stride, 0);
+      for (int64_t r = 0; r < num_rows; ++r) {
+        if (table_rows_[r].owner == nullptr) continue;
+        std::copy_n(gm.block_tables.begin() + r * gm.max_blocks_per_seq,
+                    table_rows_[r].copied[g], wider.begin() + r * stride);
+      }
+      gm.block_tables = std::move(wider);
+      gm.max_blocks_per_seq = stride;
+    }
+    gm.block_table_rows.assign(row_of.begin(), row_of.end());
+    // Append each request's new blocks. Released (-1) entries of sliding
+    // groups are never read; 0 keeps them in range (an entry copied before
+    // its block was released keeps the old id: never read either).
+    for (size_t i = 0; i < out.scheduled.size(); ++i) {
+      const std::vector<int32_t>& table = out.scheduled[i].request->kv.block_tables[g];
+      size_t& copied = table_rows_[row_of[i]].copied[g];
+      int32_t* row = gm.block_tables.data() + int64_t{row_of[i]} * gm.max_blocks_per_seq;
+      for (size_t j = copied; j < table.size(); ++j) row[j] = std::max(table[j], 0);
+      copied = table.size();
+    }
+  }
+}
+
 void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
   BatchMetadata& b = batch_;
   b.token_ids.clear();
@@ -88,16 +164,8 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
   rows->clear();
 
   const size_t num_groups = plan_.groups.size();
-  for (size_t g = 0; g < num_groups; ++g) {
-    KVGroupMetadata& gm = b.kv_groups[g];
-    gm.slot_mapping.clear();
-    gm.block_tables.clear();
-    gm.max_blocks_per_seq = 0;
-    for (const ScheduledRequest& s : out.scheduled) {
-      gm.max_blocks_per_seq = std::max(gm.max_blocks_per_seq,
-                                       static_cast<int32_t>(s.request->kv.block_tables[g].size()));
-    }
-  }
+  for (KVGroupMetadata& gm : b.kv_groups) gm.slot_mapping.clear();
+  update_block_tables(out);
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const Request& r = *out.scheduled[i].request;
     const int64_t start = r.num_computed_tokens, end = start + out.scheduled[i].num_new_tokens;
@@ -112,9 +180,6 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
       for (int64_t pos = start; pos < end; ++pos) {
         gm.slot_mapping.push_back(spec.slot_of_position(table, pos, plan_.block_size));
       }
-      // Released (-1) entries of sliding-window groups are never read; 0 keeps them in range.
-      for (int32_t block : table) gm.block_tables.push_back(std::max(block, 0));
-      gm.block_tables.resize(gm.block_tables.size() + gm.max_blocks_per_seq - table.size(), 0);
     }
     b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.seq_lens.push_back(static_cast<int32_t>(end));

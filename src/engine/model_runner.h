@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -71,6 +72,10 @@ class ModelRunner {
 
  private:
   void broadcast_step(int64_t kind);
+  // Keeps batch_.kv_groups' block tables persistent: each scheduled
+  // request keeps its row while it runs, and a step copies only the blocks
+  // it gained since (vLLM's persistent block table).
+  void update_block_tables(const SchedulerOutput& out);
 
   CausalLM& model_;
   parallel::Communicator& comm_;
@@ -80,6 +85,13 @@ class ModelRunner {
   KVCachePlan plan_;
   int64_t vocab_size_;
   KVCacheMemory kv_memory_;
+  struct TableRow {
+    const KVRequestState* owner = nullptr;  // null: a free row
+    uint64_t generation = 0;                // the owner's admission it copied
+    std::vector<size_t> copied;             // [group] blocks copied so far
+  };
+  std::vector<TableRow> table_rows_;
+  std::unordered_map<const KVRequestState*, int32_t> row_index_;
   BatchMetadata batch_;
   std::vector<float> logits_;
 };

@@ -50,6 +50,7 @@ int64_t KVCacheManager::take_cached_prefix(KVRequestState& state,
                                            const std::vector<int32_t>& tokens) {
   const size_t num_groups = plan_.groups.size();
   state.block_tables.assign(num_groups, {});
+  state.generation = ++next_generation_;
   if (!prefix_caching_) return 0;
   // Leave the last token uncomputed: its logits are needed.
   const auto max_blocks = static_cast<int64_t>((tokens.size() - 1) / block_size_);
@@ -98,6 +99,12 @@ int64_t KVCacheManager::take_cached_prefix(KVRequestState& state,
 bool KVCacheManager::allocate(KVRequestState& state, int64_t num_computed, int64_t num_tokens) {
   const size_t num_groups = plan_.groups.size();
   if (state.block_tables.size() != num_groups) state.block_tables.resize(num_groups);
+  // A request holding no block is being admitted (with or without
+  // take_cached_prefix): a new generation (kv_cache_manager.h).
+  if (std::all_of(state.block_tables.begin(), state.block_tables.end(),
+                  [](const std::vector<int32_t>& t) { return t.empty(); })) {
+    state.generation = ++next_generation_;
+  }
   const int64_t needed_blocks = (num_tokens + block_size_ - 1) / block_size_;
   // Blocks that fell out of every future query's window go back first.
   for (size_t g = 0; g < num_groups; ++g) {

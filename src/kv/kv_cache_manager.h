@@ -20,6 +20,11 @@ struct KVRequestState {
   std::vector<std::vector<int32_t>> block_tables;  // [group][logical block]; -1 = released
   std::vector<BlockHash> block_hashes;             // of the request's full blocks so far
   int64_t num_cached_blocks = 0;                   // full blocks already registered in the pool
+  // New for every admission (take_cached_prefix, or allocate for a request
+  // holding no block): lets a holder of a copy of the block tables (the
+  // model runner's persistent rows) tell a re-admitted or new request at the
+  // same address from the one it copied.
+  uint64_t generation = 0;
 };
 
 class KVCacheManager {
@@ -74,6 +79,7 @@ class KVCacheManager {
   bool prefix_caching_;
   std::vector<BlockPool> pools_;
   int64_t queried_tokens_ = 0, hit_tokens_ = 0;
+  uint64_t next_generation_ = 0;
 };
 
 }  // namespace pagoda

@@ -381,7 +381,7 @@ void DeepseekV3Model::positions_to_slots(const BatchMetadata& batch, const KVGro
                                          int32_t bs) {
   const int64_t k = ds_.index_topk;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
-    const int32_t* table = group.block_tables.data() + int64_t{s} * group.max_blocks_per_seq;
+    const int32_t* table = attention_batch(batch, group).block_table(s);
     for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) {
       for (int64_t j = 0; j < k; ++j) {
         const int32_t pos = ws_.index_positions[t * k + j];

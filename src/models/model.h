@@ -25,8 +25,13 @@ struct KVGroupMetadata {
   // entry in block), -1 where it writes none (a compressed cache writes
   // once per compress_ratio positions).
   std::vector<int64_t> slot_mapping;
-  std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq], padded with 0
+  // Persistent rows of max_blocks_per_seq block ids (padded with 0), one
+  // per running request, kept between steps: a step appends only the
+  // blocks its requests gained. Sequence s of the step uses row
+  // block_table_rows[s].
+  std::vector<int32_t> block_tables;
   int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> block_table_rows;  // [num_seqs]
 };
 
 // One forward step over several sequences, flattened (vLLM's varlen layout).
@@ -54,6 +59,7 @@ inline ops::AttentionBatch attention_batch(const BatchMetadata& batch,
   ab.seq_lens = batch.seq_lens.data();
   ab.block_tables = group.block_tables.data();
   ab.max_blocks_per_seq = group.max_blocks_per_seq;
+  ab.block_table_rows = group.block_table_rows.empty() ? nullptr : group.block_table_rows.data();
   return ab;
 }
 

@@ -192,12 +192,20 @@ struct AttentionBatch {
   // The new tokens are the last (query_start_loc[s+1] - query_start_loc[s])
   // of them, so new token j sees keys [0, seq_len - num_new + j].
   const int32_t* seq_lens = nullptr;
-  // [num_seqs, max_blocks_per_seq]: block ids of each sequence in order.
+  // Rows of max_blocks_per_seq block ids, each a sequence's blocks in
+  // order: sequence s's row is block_table_rows[s], or s when
+  // block_table_rows is null. (The engine keeps one persistent row per
+  // running request and only appends new blocks to it each step.)
   const int32_t* block_tables = nullptr;
   int max_blocks_per_seq = 0;
   // 0: full causal attention. W > 0: each query sees only the last W keys
   // up to and including itself.
   int sliding_window = 0;
+  const int32_t* block_table_rows = nullptr;  // [num_seqs] or null: row s
+
+  const int32_t* block_table(int64_t s) const {
+    return block_tables + (block_table_rows ? block_table_rows[s] : s) * int64_t{max_blocks_per_seq};
+  }
 };
 
 // Causal attention of the step's new tokens over cached + new K/V, read

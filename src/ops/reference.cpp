@@ -172,7 +172,7 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t q_begin = batch.query_start_loc[s], q_end = batch.query_start_loc[s + 1];
     const int64_t seq_len = batch.seq_lens[s], num_new = q_end - q_begin;
-    const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+    const int32_t* table = batch.block_table(s);
     for (int64_t j = 0; j < num_new; ++j) {
       const int64_t last_key = seq_len - num_new + j;  // inclusive
       const int64_t first_key =
@@ -251,7 +251,7 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t q_begin = batch.query_start_loc[s], q_end = batch.query_start_loc[s + 1];
     const int64_t seq_len = batch.seq_lens[s], num_new = q_end - q_begin;
-    const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+    const int32_t* table = batch.block_table(s);
     // The sequence's entries gathered in key order, as f32.
     std::vector<float> keys(static_cast<size_t>(seq_len) * ed);
     for (int64_t t = 0; t < seq_len; ++t) {

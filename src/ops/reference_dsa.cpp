@@ -124,7 +124,7 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
   const int bs = layout.block_size, dim = layout.head_dim;
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t q0 = batch.query_start_loc[s], q1 = batch.query_start_loc[s + 1];
-    const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+    const int32_t* table = batch.block_table(s);
     for (int64_t t = q0; t < q1; ++t) {
       const int64_t n_keys = batch.seq_lens[s] - (q1 - q0) + (t - q0) + 1;
       std::vector<double> score(static_cast<size_t>(n_keys));

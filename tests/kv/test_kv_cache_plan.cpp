@@ -175,3 +175,33 @@ TEST(KVCacheManager, RandomizedStressOverSeveralPoolsLeaksNoPage) {
 
 }  // namespace
 }  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// The model runner keeps a copy of each running request's block tables and
+// appends to it; it tells a new admission (a re-admitted request, or a new
+// one at a freed one's address) from the one it copied by the generation,
+// which must change on every admission, with or without a prefix lookup.
+TEST(KVCacheManager, EveryAdmissionGetsANewGeneration) {
+  KVCacheManager kv(plan_kv_cache({{0, "latent", spec(100)}}, 4), 8, true);
+  KVRequestState state;
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};
+  kv.take_cached_prefix(state, tokens);
+  ASSERT_TRUE(kv.allocate(state, 0, 6));
+  const uint64_t first = state.generation;
+  ASSERT_TRUE(kv.allocate(state, 6, 9));  // growing a running request keeps it
+  EXPECT_EQ(state.generation, first);
+  kv.free(state);
+  // Admitted again without a prefix lookup (a request scoring its prompt).
+  ASSERT_TRUE(kv.allocate(state, 0, 6));
+  const uint64_t second = state.generation;
+  EXPECT_NE(second, first);
+  kv.free(state);
+  kv.take_cached_prefix(state, tokens);
+  EXPECT_NE(state.generation, second);
+  kv.free(state);
+}
+
+}  // namespace
+}  // namespace pagoda

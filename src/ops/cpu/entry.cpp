@@ -242,7 +242,7 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
       a.k_head = k_bytes + int64_t{kvh} * bs * hd * elem;
       a.v_head = v_bytes + int64_t{kvh} * bs * hd * elem;
       a.block_stride = block_stride;
-      a.block_table = batch.block_tables + int64_t{tile.seq} * batch.max_blocks_per_seq;
+      a.block_table = batch.block_table(tile.seq);
       a.block_size = bs;
       a.head_dim = hd;
       a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);

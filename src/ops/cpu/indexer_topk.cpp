@@ -121,7 +121,7 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
   auto emit = [&](int64_t t, Candidate* c, int n) {
     if (order == IndexerOrder::Position)
       std::sort(c, c + n, [](const Candidate& a, const Candidate& b) { return a.pos < b.pos; });
-    const int32_t* table = batch.block_tables + int64_t{seq_of[t]} * batch.max_blocks_per_seq;
+    const int32_t* table = batch.block_table(seq_of[t]);
     for (int i = 0; i < topk; ++i) {
       const int32_t pos = i < n ? c[i].pos : -1;
       out_slots[t * topk + i] = pos < 0 ? -1 : table[pos / bs] * bs + pos % bs;
@@ -145,7 +145,7 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
       const int s = seq_of[t];
       const int64_t num_new = qsl[s + 1] - qsl[s];
       const int64_t n_keys = batch.seq_lens[s] - num_new + (t - qsl[s]) + 1;
-      const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
+      const int32_t* table = batch.block_table(s);
       const int64_t blocks = (n_keys + bs - 1) / bs;
       const int64_t b0 = blocks * part / parts, b1 = blocks * (part + 1) / parts;
       for (int h = 0; h < hp; ++h) {

@@ -218,7 +218,7 @@ void mla_paged_attention(const float* q, const void* cache, const MLALayout& lay
       a.rows = tile.rows;
       a.heads = std::min(tile_heads, num_heads - h0);
       a.cache = cache;
-      a.block_table = batch.block_tables + int64_t{tile.seq} * batch.max_blocks_per_seq;
+      a.block_table = batch.block_table(tile.seq);
       a.block_size = bs;
       a.kv_lora = lora;
       a.entry_dim = ed;
