@@ -93,7 +93,10 @@ void ModelRunner::update_block_tables(const SchedulerOutput& out) {
     if (it != row_index_.end() && table_rows_[it->second].generation == kv->generation) {
       row = it->second;
     } else {
-      if (it != row_index_.end()) row_index_.erase(it);  // a new admission: start over
+      if (it != row_index_.end()) {  // a new admission at this address: start over
+        table_rows_[it->second].owner = nullptr;
+        row_index_.erase(it);
+      }
       row = static_cast<int32_t>(table_rows_.size());
       for (int32_t r = 0; r < static_cast<int32_t>(table_rows_.size()); ++r) {
         if (table_rows_[r].owner == nullptr) {
@@ -113,7 +116,8 @@ void ModelRunner::update_block_tables(const SchedulerOutput& out) {
   }
   for (size_t r = 0; r < table_rows_.size(); ++r) {
     if (!keep[r] && table_rows_[r].owner != nullptr) {
-      row_index_.erase(table_rows_[r].owner);
+      const auto it = row_index_.find(table_rows_[r].owner);
+      if (it != row_index_.end() && it->second == static_cast<int32_t>(r)) row_index_.erase(it);
       table_rows_[r].owner = nullptr;
     }
   }
