@@ -1,6 +1,8 @@
 // Which kernel variant runs: CPU feature detection, the process-wide
 // selection (best_isa() unless a test or --isa picks another), and the float
 // and int8 kernel tables that selection stands for.
+#include <cpuid.h>
+
 #include <atomic>
 
 #include "core/error.h"
@@ -12,6 +14,13 @@ namespace pagoda::ops {
 
 namespace {
 
+// CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports has no
+// "f16c").
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 bool cpu_has(Isa isa) {
   __builtin_cpu_init();  // may run from a static initializer, before libgcc's own
   switch (isa) {
@@ -19,7 +28,7 @@ bool cpu_has(Isa isa) {
       return true;
     case Isa::Avx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");  // FP8 weights widen through f16
+             cpu_has_f16c();  // FP8 weights widen through f16
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
