@@ -227,9 +227,10 @@ TEST(Fp8Config, DeepSeekQuantizationConfigIsReadAndOthersRefused) {
       {{{"quant_method", "fp8"}, {"weight_block_size", 128}}, "a list of two integers"},
       {"fp8", "'quantization_config' must be an object or null"},
   };
-  for (const auto& [q, needle] : bad) {
+  for (const auto& entry : bad) {  // (no structured binding: clang 14 cannot capture one)
+    const auto& q = entry.first;
     SCOPED_TRACE(q.dump());
-    expect_input_error([&] { load_quantized(q); }, {needle});
+    expect_input_error([&] { load_quantized(q); }, {entry.second});
   }
 }
 
