@@ -30,6 +30,13 @@ struct KVCacheSpec {
   // entry (scales); per-page extras are expressed per entry too (a page of
   // n entries holds n values blocks then n scales: n * (values + scale)).
   int64_t entry_bytes = 0;
+  // Token positions one page of this cache stands for; 0: the engine's
+  // block size (--block-size). A cache whose pages cover fewer positions
+  // (DeepSeek V4: 64-position window pages, 4-position compressor-state
+  // pages beside 256-position compressed blocks) has its own block tables
+  // at that granularity; the engine's block size, which prefix caching
+  // hashes by, must be a multiple of it.
+  int32_t block_size = 0;
   // A page's bytes are rounded up to a multiple of this (FlashMLA aligns
   // pages to 576 bytes); 1: no rounding.
   int64_t page_alignment = 1;
