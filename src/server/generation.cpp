@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "engine/bad_words.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/prompt_logprobs_json.h"
@@ -78,6 +79,23 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
     for (const auto& ids : req.id_prompts) prompts.push_back(ids);
   }
   const int64_t max_len = ctx.engine.engine().max_model_len();
+  // The engine checks these ids too, but its InputError cannot name the field.
+  const int64_t vocab = ctx.engine.engine().model_config().vocab_size;
+  for (const auto& entry : req.sampling.logit_bias) {
+    if (entry.first >= vocab) {
+      throw bad_request("logit_bias names token " + std::to_string(entry.first) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                        "logit_bias");
+    }
+  }
+  for (int32_t id : req.sampling.allowed_token_ids) {
+    if (id >= vocab) {
+      throw bad_request("allowed_token_ids holds token " + std::to_string(id) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                        "allowed_token_ids");
+    }
+  }
+  const auto bad_words = bad_words_token_ids(ctx.engine.tokenizer(), req.bad_words);
   Submitted sub;
   sub.id = id;
   sub.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -116,6 +134,7 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
     sub.prompt_tokens.push_back(len);
     for (int c = 0; c < req.n; ++c) {
       SamplingParams params = req.sampling;
+      params.bad_words_token_ids = bad_words;
       params.max_tokens = static_cast<int>(max_tokens);
       params.logprobs = req.top_logprobs;
       // Scored only when the response carries them (streams do not).

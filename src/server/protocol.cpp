@@ -1,5 +1,6 @@
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -138,6 +139,41 @@ void parse_stop(const Json& stop, std::vector<std::string>& out) {
   }
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}. OpenAI refuses
+// a bias out of range (vLLM clamps it); a refusal tells the client its
+// value did not do what it asked.
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& j) {
+  if (!j.is_object())
+    throw bad_request("logit_bias must be an object mapping token ids to biases", "logit_bias");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : j.items()) {
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) id = std::stoll(key);
+    if (!digits || id > INT32_MAX) {
+      throw bad_request("logit_bias keys must be token ids (non-negative integers), got \"" +
+                            utf8::lossy(key) + "\"",
+                        "logit_bias");
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+      throw bad_request("logit_bias values must be numbers in [-100, 100], got " + value.dump() +
+                            " for token " + key,
+                        "logit_bias");
+    }
+    out.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  // "7" and "007" are the same token: one bias each, as the client meant.
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i].first == out[i - 1].first) {
+      throw bad_request("logit_bias names token " + std::to_string(out[i].first) + " twice",
+                        "logit_bias");
+    }
+  }
+  return out;
+}
+
 // Fields of the OpenAI / vLLM APIs that would change what is generated but
 // that Pagoda does not implement: answering without them would silently
 // return something other than what was asked, so each non-default value is
@@ -145,11 +181,6 @@ void parse_stop(const Json& stop, std::vector<std::string>& out) {
 // since clients often send them.
 void refuse_unimplemented(const Json& j, int n) {
   const Reader f(j);
-  if (f.has("logit_bias")) {
-    if (!j["logit_bias"].is_object())
-      throw f.error("logit_bias", "must be an object mapping token ids to biases");
-    if (!j["logit_bias"].empty()) throw f.error("logit_bias", "is not supported yet");
-  }
   if (f.has("best_of")) {
     int64_t best_of = n;
     f.integer("best_of", best_of, 1, INT32_MAX);
@@ -233,6 +264,23 @@ void parse_common(const Json& j, GenerationRequest& r) {
     // option at all).
     if (!r.stream && !so.empty())
       throw bad_request("stream_options is only allowed with stream: true", "stream_options");
+  }
+  if (f.has("logit_bias")) s.logit_bias = parse_logit_bias(j["logit_bias"]);
+  if (f.has("allowed_token_ids")) {
+    if (!j["allowed_token_ids"].is_array() || j["allowed_token_ids"].empty())
+      throw f.error("allowed_token_ids", "must be a non-empty list of token ids");
+    s.allowed_token_ids = token_list(j["allowed_token_ids"], "allowed_token_ids");
+  }
+  if (f.has("bad_words")) {
+    const Json& words = j["bad_words"];
+    if (!words.is_array()) throw f.error("bad_words", "must be a list of strings");
+    for (const auto& w : words) {
+      // A word of only spaces would tokenize to nothing (vLLM strips the
+      // leading spaces) and ban nothing: refused rather than ignored.
+      if (!w.is_string() || w.get<std::string>().find_first_not_of(' ') == std::string::npos)
+        throw f.error("bad_words", "must hold non-empty strings");
+      r.bad_words.push_back(w.get<std::string>());
+    }
   }
   f.boolean("return_token_ids", r.return_token_ids);
   // vLLM's range (its default max_logprobs is 20, which also rules out -1,

@@ -116,13 +116,33 @@ TEST(Protocol, EveryNumericFieldRejectsEveryWrongValue) {
   }
 }
 
-// logit_bias is not implemented: refuse it instead of ignoring it.
-TEST(Protocol, LogitBiasIsRefusedUntilImplemented) {
-  EXPECT_EQ(rejected_param(completion_with("logit_bias", R"("x")")), "logit_bias");
-  EXPECT_EQ(rejected_param(completion_with("logit_bias", "[1]")), "logit_bias");
-  EXPECT_EQ(rejected_param(completion_with("logit_bias", R"({"50256": -100})")), "logit_bias");
-  EXPECT_EQ(rejected_param(chat_with("logit_bias", R"({"1": 5})"), true), "logit_bias");
+// logit_bias ({"<token id>": bias in [-100, 100]}), allowed_token_ids and
+// bad_words: what is accepted reaches SamplingParams, the rest is a 400.
+TEST(Protocol, LogitBiasAllowedTokenIdsAndBadWords) {
+  for (const char* bad : {R"("x")", "[1]", R"({"a": 1})", R"({"-1": 1})", R"({"1.5": 1})",
+                          R"({"": 1})", R"({"99999999999": 1})", R"({"1": 100.5})",
+                          R"({"1": -101})", R"({"1": "5"})", R"({"1": null})", R"({"1": 1, "01": 2})"}) {
+    EXPECT_EQ(rejected_param(completion_with("logit_bias", bad)), "logit_bias") << bad;
+    EXPECT_EQ(rejected_param(chat_with("logit_bias", bad), true), "logit_bias") << bad;
+  }
   EXPECT_EQ(rejected_param(completion_with("logit_bias", "{}")), "<accepted>");
+  const GenerationRequest r = parse_chat_request(
+      chat_with("logit_bias", R"({"50256": -100, "7": 2.5, "0": 100})"));
+  const std::vector<std::pair<int32_t, float>> want = {{0, 100.0f}, {7, 2.5f}, {50256, -100.0f}};
+  EXPECT_EQ(r.sampling.logit_bias, want);
+
+  for (const char* bad : {"[]", "3", "[-1]", "[1.5]", R"(["1"])", "[4294967296]"}) {
+    EXPECT_EQ(rejected_param(completion_with("allowed_token_ids", bad)), "allowed_token_ids")
+        << bad;
+  }
+  EXPECT_EQ(parse_completion_request(completion_with("allowed_token_ids", "[3, 1]"))
+                .sampling.allowed_token_ids,
+            (std::vector<int32_t>{3, 1}));
+
+  for (const char* bad : {R"("word")", "[1]", R"([""])", R"(["  "])", "[null]"})
+    EXPECT_EQ(rejected_param(chat_with("bad_words", bad), true), "bad_words") << bad;
+  EXPECT_EQ(parse_completion_request(completion_with("bad_words", R"(["cat", " dog"])")).bad_words,
+            (std::vector<std::string>{"cat", " dog"}));
 }
 
 // Other fields that would change the output but are not implemented.
