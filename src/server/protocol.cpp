@@ -210,12 +210,6 @@ void refuse_unimplemented(const Json& j, int n) {
                           "structured_outputs", "chat_template"}) {
     if (f.has(key)) throw f.error(key, "is not supported");
   }
-  // "required" or a named function needs constrained decoding too.
-  if (f.has("tool_choice")) {
-    const Json& tc = j["tool_choice"];
-    if (!(tc == "none" || tc == "auto"))
-      throw f.error("tool_choice", "is not supported (only \"none\" or \"auto\")");
-  }
 }
 
 // Fields shared by both endpoints.
@@ -373,8 +367,35 @@ ChatPrompt parse_chat_prompt(const Json& j) {
       m["content"] = text;
     }
   }
+  for (const auto& m : j["messages"]) {
+    if (!m.contains("tool_calls") || m["tool_calls"].is_null()) continue;
+    // The templates index these without checks; a wrong shape would fail
+    // deep in rendering with a message naming no field.
+    bool ok = m["tool_calls"].is_array();
+    for (const auto& call : ok ? m["tool_calls"] : Json::array()) {
+      ok = ok && call.is_object() && call.contains("function") && call["function"].is_object() &&
+           call["function"].contains("name") && call["function"]["name"].is_string() &&
+           call["function"].contains("arguments") &&
+           (call["function"]["arguments"].is_string() || call["function"]["arguments"].is_object());
+    }
+    if (!ok) {
+      throw bad_request(
+          "a message's tool_calls must be a list of {\"id\", \"type\": \"function\", \"function\": "
+          "{\"name\": string, \"arguments\": string}}",
+          "messages");
+    }
+  }
   if (j.contains("tools") && !j["tools"].is_null()) {
     if (!j["tools"].is_array()) throw bad_request("tools must be a list", "tools");
+    for (const auto& tool : j["tools"]) {
+      if (!tool.is_object() || tool.value("type", Json()) != "function" ||
+          !tool.contains("function") || !tool["function"].is_object() ||
+          !tool["function"].contains("name") || !tool["function"]["name"].is_string()) {
+        throw bad_request(
+            "each tool must be {\"type\": \"function\", \"function\": {\"name\": string, ...}}",
+            "tools");
+      }
+    }
     p.tools = j["tools"];
   }
   const Reader f(j);
@@ -468,6 +489,21 @@ GenerationRequest parse_chat_request(const std::string& body) {
   parse_common(j, r);
   r.chat_prompt = parse_chat_prompt(j);
   const Reader f(j);
+  if (f.has("tool_choice")) {
+    const Json& tc = j["tool_choice"];
+    if (tc == "none" || tc == "auto") {
+      r.tool_choice = tc.get<std::string>();
+    } else if (tc == "required" || tc.is_object()) {
+      // Forcing a call needs constrained decoding (issue 21, item 3):
+      // refused rather than answered with a call the model may not make.
+      throw f.error("tool_choice", std::string(tc.is_object() ? "naming a function" : "\"required\"") +
+                                       " is not supported yet (it needs constrained decoding); use "
+                                       "\"auto\" or \"none\"");
+    } else {
+      throw f.error("tool_choice",
+                    "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+    }
+  }
   bool logprobs = false;
   f.boolean("logprobs", logprobs);
   int top = 0;

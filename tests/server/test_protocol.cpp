@@ -160,7 +160,12 @@ TEST(Protocol, UnimplementedOutputChangingFieldsAreRefused) {
   EXPECT_EQ(rejected_param(chat_with("guided_json", R"({"type": "object"})"), true), "guided_json");
   EXPECT_EQ(rejected_param(chat_with("chat_template", R"("{{ 1 }}")"), true), "chat_template");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("required")"), true), "tool_choice");
+  EXPECT_EQ(rejected_param(chat_with("tool_choice", R"({"type": "function", "function": {"name": "f"}})"), true),
+            "tool_choice");
+  EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("sometimes")"), true), "tool_choice");
+  EXPECT_EQ(rejected_param(chat_with("tool_choice", "3"), true), "tool_choice");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("auto")"), true), "<accepted>");
+  EXPECT_EQ(parse_chat_request(chat_with("tool_choice", R"("none")")).tool_choice, "none");
 }
 
 // vLLM's extensions: prompt_logprobs in [0, 20] (vLLM's max_logprobs), not
@@ -285,6 +290,31 @@ TEST(Protocol, ContentPartsOfTheWrongShapeAre400s) {
       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                     {"type": "text", "text": "b"}]}]})");
   EXPECT_EQ(r.chat_prompt.messages[0]["content"], "ab");
+}
+
+// Tools and the tool calls of earlier assistant turns reach the template
+// only in the shapes the templates read; anything else is a 400.
+TEST(Protocol, ToolsAndToolCallsHaveTheirShapes) {
+  const std::string user = R"({"role": "user", "content": "Weather?"})";
+  auto with_tools = [&](const std::string& tools) {
+    return R"({"messages": [)" + user + R"(], "tools": )" + tools + "}";
+  };
+  EXPECT_EQ(rejected_param(with_tools(R"([{"type": "function", "function": {"name": "f"}}])"), true),
+            "<accepted>");
+  for (const char* bad : {"[1]", R"([{"type": "code"}])", R"([{"type": "function"}])",
+                          R"([{"type": "function", "function": {"name": 3}}])"}) {
+    EXPECT_EQ(rejected_param(with_tools(bad), true), "tools") << bad;
+  }
+  auto with_calls = [&](const std::string& calls) {
+    return R"({"messages": [)" + user + R"(, {"role": "assistant", "content": null, "tool_calls": )" +
+           calls + R"(}, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]})";
+  };
+  EXPECT_EQ(rejected_param(with_calls(R"([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}])"), true),
+            "<accepted>");
+  for (const char* bad : {"{}", "[1]", R"([{"function": {"name": "f"}}])",
+                          R"([{"function": {"name": "f", "arguments": 3}}])"}) {
+    EXPECT_EQ(rejected_param(with_calls(bad), true), "messages") << bad;
+  }
 }
 
 }  // namespace
