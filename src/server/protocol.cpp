@@ -354,6 +354,10 @@ ChatPrompt parse_chat_prompt(const Json& j) {
   p.messages = j["messages"];
   // Content given as a list of {"type": "text", "text": ...} parts is joined.
   for (auto& m : p.messages) {
+    // An assistant turn that only called tools has content null (as the
+    // OpenAI API returns it); templates test it with `in`, so it renders
+    // as "", as vLLM's message parsing makes it.
+    if (m.contains("content") && m["content"].is_null()) m["content"] = "";
     if (m.contains("content") && m["content"].is_array()) {
       std::string text;
       for (const auto& part : m["content"]) {

@@ -6,7 +6,10 @@
 // and the response shapes against the raw text of the same greedy run (a
 // completion on the same prompt ids, which no parser touches); what the
 // parsers make of real model output is tested on fixtures
-// (tests/server/test_chat_output_parser.cpp).
+// (tests/server/test_chat_output_parser.cpp). A second checkpoint
+// (tools/make_chain_checkpoint.py) has weights that write one fixed text,
+// a Qwen3 thought and hermes tool call, so the openai client receives real
+// tool_calls through the whole server.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync, spawnSync } from "node:child_process";
@@ -15,6 +18,7 @@ import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Template } from "@huggingface/jinja";
+import { Tokenizer } from "@huggingface/tokenizers";
 import OpenAI from "openai";
 import { waitForServer } from "./server_process.mjs";
 
@@ -22,7 +26,9 @@ const binary = process.env.PAGODA_BINARY;
 if (!binary) throw new Error("set PAGODA_BINARY");
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
-let dir, server, plain, client;
+// What the chain checkpoint writes after "<|im_start|>assistant\n".
+const chainText = '<think>Rain check.</think><tool_call>{"name":"get_weather","arguments":{"city": "Paris"}}</tool_call>';
+let dir, server, plain, client, chainDir, chain, chainClient;
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "pagoda-tools-"));
   execFileSync("/usr/bin/python3", [join(root, "tools/make_random_checkpoint.py"), "--out", dir, "--layers", "2",
@@ -32,11 +38,24 @@ before(async () => {
   server = await start(["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]);
   plain = await start([]);
   client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "x", maxRetries: 0 });
+  // The chain's ids from @huggingface/tokenizers (not Pagoda's tokenizer):
+  // "\n" (the prompt's last token), the text, then <|im_end|> (EOS).
+  const tokDir = join(root, "tests/data/tokenizers/qwen3");
+  const hf = new Tokenizer(JSON.parse(readFileSync(join(tokDir, "tokenizer.json"), "utf8")),
+    JSON.parse(readFileSync(join(tokDir, "tokenizer_config.json"), "utf8")));
+  const ids = [198, ...hf.encode(chainText, { add_special_tokens: false }).ids, 151645];
+  chainDir = mkdtempSync(join(tmpdir(), "pagoda-chain-"));
+  execFileSync("/usr/bin/python3", [join(root, "tools/make_chain_checkpoint.py"), "--out", chainDir, "--chain", ids.join(",")]);
+  chain = await waitForServer(spawn(binary, ["serve", "--model", chainDir, "--served-model-name", "qwen3", "--port", "0",
+    "--max-model-len", "2048", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]), 60000);
+  chainClient = new OpenAI({ baseURL: chain.url + "/v1", apiKey: "x", maxRetries: 0 });
 });
 after(() => {
   server?.proc.kill("SIGTERM");
   plain?.proc.kill("SIGTERM");
+  chain?.proc.kill("SIGTERM");
   if (dir) rmSync(dir, { recursive: true, force: true });
+  if (chainDir) rmSync(chainDir, { recursive: true, force: true });
 });
 
 const post = async (url, path, body) => {
@@ -154,4 +173,55 @@ test("unknown or incomplete parser flags stop the server at startup", () => {
     assert.notEqual(r.status, 0, args.join(" "));
     assert.match(r.stderr + r.stdout, /reasoning-parser|tool-call-parser|enable-auto-tool-choice/, args.join(" "));
   }
+});
+
+// The openai client, given a model that writes a thought and a hermes call.
+test("the openai client receives reasoning_content and tool_calls (non-streaming)", async () => {
+  const raw = await post(chain.url, "/v1/chat/completions", { messages, tools, tool_choice: "none", max_tokens: 64 });
+  assert.equal(raw.json.choices[0].message.content, chainText.slice("<think>Rain check.</think>".length),
+    "with tool_choice none the call stays text");
+  const r = await chainClient.chat.completions.create({ model: "qwen3", messages, tools, max_tokens: 64 });
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, "tool_calls");
+  assert.equal(c.message.reasoning_content, "Rain check.");
+  assert.equal(c.message.content, null);
+  assert.equal(c.message.tool_calls.length, 1);
+  const call = c.message.tool_calls[0];
+  assert.equal(call.type, "function");
+  assert.match(call.id, /^chatcmpl-tool-[0-9a-f]+$/);
+  assert.equal(call.function.name, "get_weather");
+  assert.deepEqual(JSON.parse(call.function.arguments), { city: "Paris" });
+  // The agent's next turn: the call and its result go back in.
+  const next = await chainClient.chat.completions.create({ model: "qwen3", tools, max_tokens: 4, messages: [...messages,
+    { role: "assistant", content: c.message.content, tool_calls: c.message.tool_calls },
+    { role: "tool", tool_call_id: call.id, content: "{\"sky\": \"rain\"}" }] });
+  assert.equal(next.choices[0].message.role, "assistant");
+});
+
+test("the openai client receives tool_calls streamed: id and name first, then the arguments", async () => {
+  const stream = await chainClient.chat.completions.create({ model: "qwen3", messages, tools, max_tokens: 64, stream: true });
+  const toolDeltas = [];
+  let reasoning = "", content = "", finish = null;
+  for await (const chunk of stream) {
+    const d = chunk.choices[0]?.delta ?? {};
+    reasoning += d.reasoning_content ?? "";
+    content += d.content ?? "";
+    for (const t of d.tool_calls ?? []) toolDeltas.push(t);
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(reasoning, "Rain check.");
+  assert.equal(content, "");
+  assert.equal(finish, "tool_calls");
+  assert.ok(toolDeltas.length >= 2, JSON.stringify(toolDeltas));
+  assert.equal(toolDeltas[0].index, 0);
+  assert.equal(toolDeltas[0].function.name, "get_weather");
+  assert.match(toolDeltas[0].id, /^chatcmpl-tool-/);
+  assert.ok(toolDeltas.slice(1).every((t) => t.index === 0 && t.id === undefined && t.function.name === undefined));
+  assert.deepEqual(JSON.parse(toolDeltas.map((t) => t.function.arguments ?? "").join("")), { city: "Paris" });
+  // The SDK's own accumulation of the deltas (its stream helper).
+  const final = await chainClient.chat.completions.stream({ model: "qwen3", messages, tools, max_tokens: 64 }).finalChatCompletion();
+  const call = final.choices[0].message.tool_calls[0];
+  assert.equal(call.function.name, "get_weather");
+  assert.deepEqual(JSON.parse(call.function.arguments), { city: "Paris" });
+  assert.equal(final.choices[0].finish_reason, "tool_calls");
 });
