@@ -18,7 +18,8 @@ void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* i
           const RopeParams& p);
 void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
                 float eps, float* y);
-void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out,
+              float swiglu_limit = 0.0f);
 void softmax(float* x, int64_t n);
 void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
