@@ -19,8 +19,8 @@ static_assert(kFp4Block % kLanes == 0, "a vector must not straddle two FP4 scale
 
 // One x row times C consecutive FP4 weight rows, expanding the codes in
 // registers: the decode path, where the 0.5 byte a weight streams from
-// memory once. Per block, row by row: one table live at a time (AVX2 has
-// 16 registers), x re-read from L1.
+// memory once. Per 32-block the C rows' tables are built first, then each
+// x vector is loaded once for all C rows (as linear_tile does).
 template <int C>
 PAGODA_TARGET inline void fp4_tile(const float* x, const uint8_t* w, const uint8_t* scales,
                                    int64_t k, const float* bias, float* y) {
@@ -30,17 +30,22 @@ PAGODA_TARGET inline void fp4_tile(const float* x, const uint8_t* w, const uint8
   for (int c = 0; c < C; ++c) acc[c] = vzero();
   for (int64_t b = 0; b < scale_cols; ++b) {
     const int64_t i0 = b * kFp4Block;
+    E2m1Table table[C];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-      const E2m1Table table = e2m1_table(f8e8m0_to_f32(scales[c * scale_cols + b]));
-      const uint8_t* wc = w + c * row_bytes;
+    for (int c = 0; c < C; ++c) table[c] = e2m1_table(f8e8m0_to_f32(scales[c * scale_cols + b]));
 #pragma GCC unroll 8
-      for (int64_t i = i0; i < i0 + kFp4Block; i += kLanes)
-        acc[c] = vfma(vload(x + i), vload_e2m1(wc + i / 2, table), acc[c]);
-      // As linear_tile: ask for the next tile's rows one tile ahead (a
-      // cache line is 128 weights).
-      if constexpr (kPrefetchNextTile) {
-        if (i0 % 128 == 0) __builtin_prefetch(wc + C * row_bytes + i0 / 2, 0, 1);
+    for (int64_t i = i0; i < i0 + kFp4Block; i += kLanes) {
+      const Vec xv = vload(x + i);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c)
+        acc[c] = vfma(xv, vload_e2m1(w + c * row_bytes + i / 2, table[c]), acc[c]);
+    }
+    // As linear_tile: ask for the next tile's rows one tile ahead (a cache
+    // line holds 128 weights).
+    if constexpr (kPrefetchNextTile) {
+      if (i0 % 128 == 0) {
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) __builtin_prefetch(w + (C + c) * row_bytes + i0 / 2, 0, 1);
       }
     }
   }
