@@ -4,6 +4,22 @@
 // faster than its bytes (weights + KV read) over the read bandwidth nor
 // than its FLOPs over the linears' peak (the bound of a large batch), a
 // prefill token not faster than its FLOPs over the peak.
+//
+// --context-len N times decode at a long context without prefilling it
+// (a 64k-token prefill of a wide model takes far too long on a small CPU):
+// each request's first N positions are taken as computed
+// (LLMEngine::add_request_with_context: blocks from the KV-cache manager as
+// a prefill would take them, pages of pseudo-random valid elements), then
+// the engine runs its normal steps (scheduler -> model runner -> forward),
+// one token per request each. The values do not change the time: every
+// kernel reads every key it would read for real text (attention over the
+// whole context, or the V3.2 indexer scoring every key before its top-k),
+// and random keys make the top-k a scattered set of positions, as real ones
+// are (all-zero keys would tie and pick the first index_topk positions, a
+// contiguous, cache-friendly read). Reported: ms per decode step, the KV
+// bytes the pools hold per sequence at N (used blocks x page bytes x
+// slots) next to `pagoda kv-plan`'s figure, and the step's bytes (weights
+// + the KV the model says a token reads) against the read bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +31,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "engine/llm_engine.h"
+#include "kv/kv_cache_plan.h"
 #include "ops/ops.h"
 
 namespace pagoda::cli {
@@ -26,12 +43,27 @@ struct LatencyArgs : BenchModelArgs {
   int repeats = 5;
   int warmup = 1;
   bool no_roofline = false;
+  int64_t context_len = 0;  // 0: prefill --input-len; N: N positions taken as computed
 };
 
 struct Run {
   double prefill_s = 0, decode_s = 0;
   int64_t decode_steps = 0;
+  int64_t kv_bytes_held = 0;  // --context-len: what the pools hold once the contexts are in
 };
+
+// Bytes of the pages in use in every pool: used blocks x page bytes x slots
+// (a pool's block id takes a page in each of its slots).
+int64_t kv_bytes_in_use(const LLMEngine& engine) {
+  const KVCacheManager& kv = engine.kv_cache();
+  int64_t bytes = 0;
+  for (size_t p = 0; p < kv.pools().size(); ++p) {
+    const BlockPool& pool = kv.pools()[p];
+    bytes += int64_t{pool.num_blocks() - pool.num_free()} * kv.plan().pools[p].page_bytes *
+             kv.plan().pools[p].num_slots;
+  }
+  return bytes;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -46,16 +78,28 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   for (int i = 0; i < a.batch; ++i) {
     std::vector<int32_t> prompt(a.input_len);
     for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % (vocab - 3));
-    engine.add_request("lat-" + std::to_string(tag) + "-" + std::to_string(i), std::move(prompt),
-                       params);
+    const std::string id = "lat-" + std::to_string(tag) + "-" + std::to_string(i);
+    if (a.context_len > 0) {
+      engine.add_request_with_context(id, std::move(prompt), params, a.context_len, rng());
+    } else {
+      engine.add_request(id, std::move(prompt), params);
+    }
   }
   Run r;
+  if (a.context_len > 0) r.kv_bytes_held = kv_bytes_in_use(engine);
   const auto t0 = Clock::now();
   int started = 0;
   auto t_first = t0;
   while (engine.has_unfinished()) {
     for (const RequestOutput& out : engine.step()) {
       if (out.token_ids.size() == out.new_token_ids.size() && !out.new_token_ids.empty()) ++started;
+    }
+    // A context taken as computed is never recomputed: a step of more than
+    // one token per request (a preemption's recompute) would time a prefill.
+    if (a.context_len > 0 && engine.last_batch().num_tokens() > a.batch) {
+      throw InternalError(fmt::format("bench latency --context-len: a step computed {} tokens for "
+                                      "{} request(s) (recomputed after a preemption?)",
+                                      engine.last_batch().num_tokens(), a.batch));
     }
     if (started < a.batch) {
       t_first = Clock::now();
@@ -98,12 +142,40 @@ double linear_peak_gflops(const ops::Roofline& roof, const LLMEngine& engine,
   return bf16_dot ? roof.bf16_gflops : roof.fp32_gflops;
 }
 
+// KV bytes a decode token reads at a mean context that may be fractional,
+// interpolated between the whole lengths around it (exact for caches read
+// in full, which grow linearly).
+double kv_read_bytes(const LLMEngine& engine, double context) {
+  const auto lo = static_cast<int64_t>(context);
+  const double b0 = static_cast<double>(
+      engine.model().kv_bytes_read_per_token(lo, engine.kv_cache_dtype()));
+  const double b1 = static_cast<double>(
+      engine.model().kv_bytes_read_per_token(lo + 1, engine.kv_cache_dtype()));
+  return b0 + (context - static_cast<double>(lo)) * (b1 - b0);
+}
+
 int run_latency(LatencyArgs& a) {
+  const bool with_context = a.context_len > 0;
+  if (with_context) {
+    // The context's pages hold no token's K/V: they must never be a
+    // prefix-cache hit (LLMEngine::add_request_with_context). Decode steps
+    // lose only the hashing of each newly full block, a few microseconds.
+    a.engine.enable_prefix_caching = false;
+    a.input_len = static_cast<int>(a.context_len + 1);  // the last prompt token is computed
+  }
   if (int64_t{a.batch} > a.engine.max_num_seqs) a.engine.max_num_seqs = a.batch;
   a.engine.prefault_kv_cache = true;  // time the steady state (engine/llm_engine.h)
   LLMEngine engine(a.model, a.engine);
   print_engine_summary(engine);
   const ModelConfig& c = engine.model_config();
+  // Every output token must fit under the maximum length, or the request
+  // stops early and fewer steps are timed than asked for.
+  if (with_context && a.context_len + a.output_len >= engine.max_model_len()) {
+    throw_input_error(
+        "bench latency: --context-len {} + --output-len {} must stay below the maximum model "
+        "length {} (--max-model-len, default the model's max_position_embeddings)",
+        a.context_len, a.output_len, engine.max_model_len());
+  }
   // The whole batch must be resident at once: otherwise later requests
   // start as earlier ones finish, and "decode" would time a smaller batch
   // while counting every request's tokens.
@@ -130,10 +202,19 @@ int run_latency(LatencyArgs& a) {
   }
 
   std::mt19937_64 rng(a.seed);
-  std::vector<double> prefill_tps, decode_tps, step_ms;
+  std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms;
+  int64_t kv_bytes_held = 0;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
     const Run r = run_once(engine, a, rng, i);
+    if (with_context && r.decode_steps != a.output_len - 1) {
+      throw InternalError(fmt::format("bench latency --context-len: {} decode steps, expected {}",
+                                      r.decode_steps, a.output_len - 1));
+    }
+    kv_bytes_held = r.kv_bytes_held;
     if (i < a.warmup) continue;
+    // With --context-len the first step computes one token per request (the
+    // last prompt token at the context): no prefill speed.
+    first_step_ms.push_back(1e3 * r.prefill_s);
     prefill_tps.push_back(static_cast<double>(a.batch) * a.input_len / r.prefill_s);
     if (r.decode_steps > 0) {
       decode_tps.push_back(static_cast<double>(a.batch) * r.decode_steps / r.decode_s);
@@ -141,7 +222,7 @@ int run_latency(LatencyArgs& a) {
     }
   }
   const int64_t peak_rss = std::max(load_peak_rss, peak_rss_bytes());
-  const double med_prefill = median(prefill_tps);
+  const double med_prefill = with_context ? 0 : median(prefill_tps);
   // --output-len 1 has no decode step: its decode speed is not measured
   // (null in JSON), rather than 0 or a division by 0.
   const bool decoded = !decode_tps.empty();
@@ -151,11 +232,14 @@ int run_latency(LatencyArgs& a) {
 
   // Decode step: the weights once, plus every sequence's K/V (of the cache's
   // dtype) at its mean context length over the decode.
+  // (What a token reads is the model's to say: all of a dense cache, a
+  // sliding window, V3.2's top-k latents plus every indexer key.)
   const double weight_bytes = static_cast<double>(engine.model().weight_bytes_per_step());
-  const double kv_bytes_per_token = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
-                                    static_cast<double>(dtype_size(engine.kv_cache_dtype()));
-  const double mean_context = a.input_len + a.output_len / 2.0;
-  const double step_bytes = weight_bytes + a.batch * mean_context * kv_bytes_per_token;
+  // Mean context over the decode steps (--context-len: steps at N + 1 ..
+  // N + output_len - 1).
+  const double mean_context = with_context ? static_cast<double>(a.context_len) + a.output_len / 2.0
+                                           : a.input_len + a.output_len / 2.0;
+  const double step_bytes = weight_bytes + a.batch * kv_read_bytes(engine, mean_context);
   // ...and its FLOPs: a batched step (B rows through every matrix) is bound
   // by arithmetic rather than by bytes once B is large.
   const double step_flops = a.batch * token_flops(c, mean_context, 1.0);
@@ -188,8 +272,13 @@ int run_latency(LatencyArgs& a) {
   double prefill_roof_bf16 = 0, prefill_roof_fp32 = 0;
   if (!a.no_roofline) {
     decode_memory_ms = step_bytes / (roof.read_gb_per_s * 1e9) * 1e3;
+    // token_flops models dense Llama-style layers only: with --context-len
+    // (meant for any model, DeepSeek's MLA and MoE included) the decode is
+    // judged by its bytes alone, as a batch-1 decode is bound.
     decode_compute_ms =
-        step_flops / (linear_peak_gflops(roof, engine, a.engine.quantization) * 1e9) * 1e3;
+        with_context
+            ? 0
+            : step_flops / (linear_peak_gflops(roof, engine, a.engine.quantization) * 1e9) * 1e3;
     decode_roof_ms = std::max(decode_memory_ms, decode_compute_ms);
     prefill_roof_bf16 = roof.bf16_gflops * 1e9 / flops_per_token;
     prefill_roof_fp32 = roof.fp32_gflops * 1e9 / flops_per_token;
@@ -205,16 +294,55 @@ int run_latency(LatencyArgs& a) {
     j["prefill_fraction_of_fp32_peak"] =
         prefill_roof_fp32 > 0 ? med_prefill / prefill_roof_fp32 : 0;
   }
+  int64_t plan_bytes = 0;
+  if (with_context) {
+    // kv-plan's figure: the specs from the config alone, planned at the
+    // engine's block size (what `pagoda kv-plan --context N` prints).
+    plan_bytes = plan_kv_cache(kv_cache_specs_of_config(a.model, engine.kv_cache_dtype()),
+                               engine.options().block_size)
+                     .bytes_per_sequence(a.context_len);
+    j["context_len"] = a.context_len;
+    j["kv_bytes_per_sequence"] = kv_bytes_held / a.batch;
+    j["kv_plan_bytes_per_sequence"] = plan_bytes;
+    j["kv_read_bytes_per_token"] = kv_read_bytes(engine, mean_context);
+    j["first_step_ms"] = median(first_step_ms);
+    j["prefix_caching"] = false;
+    // No prefill ran: its figures would divide N context tokens by the
+    // time of one decode-like step.
+    for (const char* k : {"prefill_tokens_per_s", "prefill_flops_per_token",
+                          "prefill_roofline_tokens_per_s_bf16", "prefill_fraction_of_bf16_peak",
+                          "prefill_fraction_of_fp32_peak", "prefill_tokens_per_s_runs",
+                          "decode_flops_per_step"}) {
+      j.erase(k);
+    }
+    if (!a.no_roofline) j["decode_compute_ms_per_step"] = nullptr;  // not modelled (above)
+  }
   if (a.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("batch %d x (%d in, %d out), %d thread(s), median of %d\n", a.batch, a.input_len,
-              a.output_len, num_threads(), a.repeats);
-  std::printf("prefill: %.1f tokens/s (%.2f GFLOP/token)\n", med_prefill, flops_per_token * 1e-9);
+  if (with_context) {
+    std::printf("batch %d x (context %lld, %d out), %d thread(s), median of %d\n", a.batch,
+                static_cast<long long>(a.context_len), a.output_len, num_threads(), a.repeats);
+    std::printf("first step: %.2f ms (one token per request at the context)\n",
+                median(first_step_ms));
+    std::printf(
+        "KV per sequence at %lld: %.2f MiB held in the pools, kv-plan %.2f MiB; a decode token "
+        "reads %.2f MiB\n",
+        static_cast<long long>(a.context_len), kv_bytes_held / a.batch / 1048576.0,
+        plan_bytes / 1048576.0, kv_read_bytes(engine, mean_context) / 1048576.0);
+  } else {
+    std::printf("batch %d x (%d in, %d out), %d thread(s), median of %d\n", a.batch, a.input_len,
+                a.output_len, num_threads(), a.repeats);
+    std::printf("prefill: %.1f tokens/s (%.2f GFLOP/token)\n", med_prefill,
+                flops_per_token * 1e-9);
+  }
   std::printf("weights: %s, %.1f MB read per decode step\n", weights_summary(engine).c_str(),
               weight_bytes * 1e-6);
-  if (decoded) {
+  if (decoded && with_context) {
+    std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
+                step_bytes * 1e-6);
+  } else if (decoded) {
     std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB, %.1f GFLOP/step)\n", med_decode,
                 med_step_ms, step_bytes * 1e-6, step_flops * 1e-9);
   } else {
@@ -223,7 +351,11 @@ int run_latency(LatencyArgs& a) {
   if (!a.no_roofline) {
     std::printf("roofline: read %.1f GB/s, fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s, int8 %.0f GOP/s\n",
                 roof.read_gb_per_s, roof.fp32_gflops, roof.bf16_gflops, roof.int8_gops);
-    if (decoded) {
+    if (decoded && with_context) {
+      std::printf("decode at %.1f%% of the bandwidth roofline (bytes at the read bandwidth %.2f "
+                  "ms/step)\n",
+                  100 * decode_roof_ms / med_step_ms, decode_memory_ms);
+    } else if (decoded) {
       std::printf(
           "decode at %.1f%% of the roofline (%.2f ms/step: %s-bound; bytes at the read bandwidth "
           "%.2f ms, FLOPs at the linears' peak %.2f ms)\n",
@@ -231,9 +363,11 @@ int run_latency(LatencyArgs& a) {
           decode_memory_ms >= decode_compute_ms ? "bandwidth" : "compute", decode_memory_ms,
           decode_compute_ms);
     }
-    std::printf("prefill at %.1f%% of bf16 peak (%.0f tokens/s), %.1f%% of fp32 peak\n",
-                100 * med_prefill / prefill_roof_bf16, prefill_roof_bf16,
-                100 * med_prefill / prefill_roof_fp32);
+    if (!with_context) {
+      std::printf("prefill at %.1f%% of bf16 peak (%.0f tokens/s), %.1f%% of fp32 peak\n",
+                  100 * med_prefill / prefill_roof_bf16, prefill_roof_bf16,
+                  100 * med_prefill / prefill_roof_fp32);
+    }
   }
   std::printf(
       "memory: peak RSS %.1f MiB%s, RSS %.1f MiB, weights %.1f MiB, KV pool %.1f MiB (%s)\n",
@@ -261,6 +395,12 @@ Runner add_bench_latency(CLI::App& bench) {
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
   cmd->add_flag("--no-roofline", args->no_roofline, "Skip measuring the roofline");
+  cmd->add_option("--context-len", args->context_len,
+                  "Decode at a context of N positions taken as computed, without prefilling "
+                  "them (their KV blocks allocated and filled with pseudo-random values); "
+                  "times --output-len - 1 decode steps after the first")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->excludes(cmd->get_option("--input-len"));
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_latency(*args); });

@@ -279,6 +279,50 @@ void LLMEngine::add_request(const std::string& request_id, std::vector<int32_t> 
   requests_.emplace(request_id, std::move(request));
 }
 
+void LLMEngine::add_request_with_context(const std::string& request_id,
+                                         std::vector<int32_t> prompt_ids,
+                                         const SamplingParams& params, int64_t num_computed,
+                                         uint64_t seed) {
+  validate_request(prompt_ids, params);
+  if (requests_.count(request_id)) throw_input_error("duplicate request id '{}'", request_id);
+  if (kv_->prefix_caching()) {
+    throw_input_error("a context taken as computed needs prefix caching off (its pages hold no "
+                      "token's K/V)");
+  }
+  if (comm_.size() > 1) {
+    throw_input_error("a context taken as computed is not supported under tensor parallelism "
+                      "(only rank 0's cache would be filled)");
+  }
+  if (params.prompt_logprobs >= 0) {
+    throw_input_error("a context taken as computed has no prompt logprobs to score");
+  }
+  if (num_computed < 1 || num_computed >= static_cast<int64_t>(prompt_ids.size())) {
+    throw_input_error("{} computed positions of a {}-token prompt: must be in [1, {})",
+                      num_computed, prompt_ids.size(), prompt_ids.size());
+  }
+  auto request =
+      std::make_unique<Request>(request_id, std::move(prompt_ids), params, tokenizer_.get());
+  Request& r = *request;
+  // Block by block, as a chunked prefill allocates: each call first
+  // releases what fell out of a sliding group's window.
+  const int64_t bs = kv_->block_size();
+  for (int64_t done = 0; done < num_computed;) {
+    const int64_t next = std::min(num_computed, done + bs);
+    if (!kv_->allocate(r.kv, done, next)) {
+      kv_->free(r.kv);
+      throw_input_error(
+          "the KV cache ({} blocks per pool of {} positions) cannot hold {} computed positions "
+          "next to what it holds: raise --kv-cache-memory",
+          kv_->num_blocks(), bs, num_computed);
+    }
+    done = next;
+  }
+  runner_->fill_kv_pages(r.kv, seed);
+  r.num_computed_tokens = num_computed;
+  scheduler_->add(&r);
+  requests_.emplace(request_id, std::move(request));
+}
+
 bool LLMEngine::abort_request(const std::string& request_id) {
   const auto it = requests_.find(request_id);
   if (it == requests_.end() || it->second->finished()) return false;

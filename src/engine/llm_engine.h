@@ -129,6 +129,22 @@ class LLMEngine {
   // does, or for a duplicate id.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt_ids,
                    const SamplingParams& params);
+  // For benchmarks of decode at a long context (`bench latency
+  // --context-len`), which a prefill of that length would take far too
+  // long to reach: queues a request whose first `num_computed` prompt
+  // positions count as computed. Their blocks come from the KV-cache
+  // manager as a prefill in block-sized chunks would take them (a sliding
+  // window group ends holding its window only) and are filled with
+  // pseudo-random bytes from `seed` (ModelRunner::fill_kv_pages), so the
+  // model reads a cache of real size and valid elements. Those pages are no
+  // token's K/V, so they must never serve a prefix-cache hit: InputError
+  // unless prefix caching is off; also under tensor parallelism (the
+  // workers' shards are not filled), for num_computed outside
+  // [1, prompt length) (the request must compute a token to sample), a pool
+  // too small to hold them, or whatever add_request refuses.
+  void add_request_with_context(const std::string& request_id, std::vector<int32_t> prompt_ids,
+                                const SamplingParams& params, int64_t num_computed,
+                                uint64_t seed);
   // Finishes a request at once with reason Abort; false if unknown.
   bool abort_request(const std::string& request_id);
 

@@ -68,6 +68,11 @@ class ModelRunner {
   const BatchMetadata& last_batch() const { return batch_; }
   size_t kv_storage_bytes() const { return kv_memory_.bytes(); }
   void prefault_kv_cache() { kv_memory_.prefault(); }
+  // Fills the pages the request holds with pseudo-random bytes
+  // (KVCacheMemory::fill_pages): benchmarks of a context never computed.
+  void fill_kv_pages(const KVRequestState& state, uint64_t seed) {
+    kv_memory_.fill_pages(plan_, state.block_tables, seed);
+  }
   DType kv_storage_dtype() const { return kv_memory_.view().dtype; }
 
  private:

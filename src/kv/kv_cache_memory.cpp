@@ -1,5 +1,10 @@
 #include "kv/kv_cache_memory.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
 namespace pagoda {
 
 KVCacheMemory::KVCacheMemory(const KVCachePlan& plan, int64_t num_blocks, DType dtype) {
@@ -33,6 +38,34 @@ size_t KVCacheMemory::bytes() const {
 
 void KVCacheMemory::prefault() {
   for (const auto& s : storage_) s->prefault();
+}
+
+void KVCacheMemory::fill_pages(const KVCachePlan& plan,
+                               const std::vector<std::vector<int32_t>>& block_tables,
+                               uint64_t seed) {
+  PAGODA_CHECK(block_tables.size() == plan.groups.size(), "fill_pages: {} block tables, {} groups",
+               block_tables.size(), plan.groups.size());
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;  // never 0 for xorshift
+  if (x == 0) x = 1;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const KVCacheGroup& group = plan.groups[g];
+    const int64_t page_bytes = plan.pools[group.pool].page_bytes;
+    for (size_t i = 0; i < group.tensors.size(); ++i) {
+      auto* base = static_cast<uint8_t*>(storage_[group.pool]->slot(static_cast<int64_t>(i)));
+      for (const int32_t block : block_tables[g]) {
+        if (block < 0) continue;  // released (before a sliding window)
+        uint8_t* page = base + block * page_bytes;
+        for (int64_t b = 0; b < page_bytes; b += 8) {
+          x ^= x << 13;
+          x ^= x >> 7;
+          x ^= x << 17;
+          // Eight bytes of 0x30 | (4 random bits).
+          const uint64_t v = (x & 0x0F0F0F0F0F0F0F0Full) | 0x3030303030303030ull;
+          std::memcpy(page + b, &v, static_cast<size_t>(std::min<int64_t>(8, page_bytes - b)));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace pagoda

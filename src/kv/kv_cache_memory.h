@@ -38,6 +38,16 @@ class KVCacheMemory {
   size_t bytes() const;
   // Writes zeros over every page (KVStorage::prefault).
   void prefault();
+  // Fills every page the request holds, in each of its groups' tensors,
+  // with pseudo-random bytes from `seed` (benchmarks: a context whose K/V
+  // was never computed). Each byte is 0x30..0x3F, so whatever format a
+  // cache stores (f32, bf16, fp8 e4m3 values, f32 or UE8M0 scales), every
+  // element is a finite, normal, positive number: f32 / bf16 exponents
+  // 0x60..0x7F (2^-31..2), e4m3 exponents 6..7 (0.5..1.9), UE8M0 2^-79..2^-64.
+  // No NaN, infinity or denormal slows the step or poisons the logits, and
+  // keys are distinct (scores do not tie).
+  void fill_pages(const KVCachePlan& plan, const std::vector<std::vector<int32_t>>& block_tables,
+                  uint64_t seed);
 
  private:
   std::vector<std::unique_ptr<KVStorage>> storage_;  // one per pool

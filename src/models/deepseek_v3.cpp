@@ -153,6 +153,17 @@ class DeepseekV3Model final : public CausalLM {
     return total;
   }
 
+  // V3.2: attention reads the latents of the index_topk positions the
+  // indexer picks; the indexer reads every key of its own cache.
+  int64_t kv_bytes_read_per_token(int64_t context, DType kv_dtype) const override {
+    int64_t bytes = 0;
+    for (const LayerKVCache& c : kv_cache_specs(kv_dtype)) {
+      const bool sparse = ds_.index_topk > 0 && c.name == "latent";
+      bytes += (sparse ? std::min(context, ds_.index_topk) : context) * c.spec.entry_bytes;
+    }
+    return bytes;
+  }
+
   // fp8: the "fp8_ds_mla" latent entries (scales per 128 latent values).
   bool supports_kv_cache_dtype(DType d) const override {
     return d == DType::F32 || d == DType::BF16 ||

@@ -4,6 +4,7 @@
 // each sequence's K/V lives (block_tables).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -83,6 +84,21 @@ class CausalLM {
   // linear layer and the LM head once; embedding rows are negligible), as
   // held in memory (after any load-time conversion). For benchmarks.
   virtual int64_t weight_bytes_per_step() const { return 0; }
+  // Bytes of KV cache one decode token at `context` positions reads (its
+  // own entry aside), for benchmarks' rooflines. By default every entry a
+  // cache still holds for that query: all positions (sliding window: the
+  // window), one entry per compress_ratio positions. A model whose
+  // attention reads fewer (DeepSeek V3.2: only its index_topk latents)
+  // says so.
+  virtual int64_t kv_bytes_read_per_token(int64_t context, DType kv_dtype) const {
+    int64_t bytes = 0;
+    for (const LayerKVCache& c : kv_cache_specs(kv_dtype)) {
+      const int64_t positions =
+          c.spec.sliding_window > 0 ? std::min(context, c.spec.sliding_window) : context;
+      bytes += positions / c.spec.compress_ratio * c.spec.entry_bytes;
+    }
+    return bytes;
+  }
   // Bytes of weights copied or converted at load (the rest are used in
   // place from the checkpoint mapping).
   virtual size_t owned_weight_bytes() const { return 0; }
