@@ -1,7 +1,11 @@
 // `pagoda logits`: greedy generation that records every step's logits as
 // JSON, for comparing the engine with an independent reference
-// (tools/compare_logits.py).
+// (tools/compare_logits.py). --dump-index-topk FILE also writes the
+// indexer's picks of every layer and query (DeepSeek V3.2), in the format of
+// tools/deepseek_reference.py --topk-out, to compare them as sets.
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -18,6 +22,7 @@ struct LogitsArgs {
   std::vector<int32_t> prompt_ids;
   int max_tokens = 32;
   std::string out;
+  std::string dump_index_topk;
   EngineOptions engine;
 };
 
@@ -27,6 +32,29 @@ int run_logits(const LogitsArgs& a) {
   llm.engine().set_logits_observer([&](const std::string&, const float* logits, int64_t vocab) {
     rows.push_back(std::vector<float>(logits, logits + vocab));
   });
+  // [layer][position] -> the sorted positions that query picked. One
+  // request, so a batch token's position names its query; a recompute
+  // (preemption) writes the same picks again.
+  std::map<int32_t, std::map<int32_t, std::vector<int32_t>>> picks;
+  int64_t index_topk = 0;
+  if (!a.dump_index_topk.empty()) {
+    const bool selects = llm.engine().set_index_topk_observer(
+        [&](int32_t layer, const BatchMetadata& batch, const int32_t* positions, int64_t topk) {
+          index_topk = topk;
+          for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+            std::vector<int32_t> sel;
+            for (int64_t j = 0; j < topk; ++j) {
+              if (positions[t * topk + j] >= 0) sel.push_back(positions[t * topk + j]);
+            }
+            std::sort(sel.begin(), sel.end());
+            picks[layer][batch.positions[t]] = std::move(sel);
+          }
+        });
+    if (!selects) {
+      throw_input_error("--dump-index-topk: this model attends to every cached token (no indexer "
+                        "top-k, as DeepSeek V3.2 has)");
+    }
+  }
   SamplingParams params;
   params.temperature = 0;
   params.max_tokens = a.max_tokens;
@@ -42,6 +70,29 @@ int run_logits(const LogitsArgs& a) {
   std::ofstream out(a.out);
   if (!out) throw_input_error("cannot write '{}'", a.out);
   out << j.dump() << "\n";
+  if (!a.dump_index_topk.empty()) {
+    // deepseek_reference.py --topk-out's layout: "layers": {"L": [picks of
+    // position 0, 1, ...]}, with the ids the model ran on (the last output
+    // token is sampled, never run).
+    std::vector<int32_t> ids = a.prompt_ids;
+    ids.insert(ids.end(), outputs[0].token_ids.begin(), outputs[0].token_ids.end() - 1);
+    nlohmann::json layers = nlohmann::json::object();
+    for (const auto& [layer, by_position] : picks) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& [pos, sel] : by_position) {
+        if (pos != static_cast<int32_t>(rows.size())) {
+          throw InternalError(fmt::format("--dump-index-topk: layer {} has no picks for position {}",
+                                          layer, rows.size()));
+        }
+        rows.push_back(sel);
+      }
+      layers[std::to_string(layer)] = rows;
+    }
+    std::ofstream dump(a.dump_index_topk);
+    if (!dump) throw_input_error("cannot write '{}'", a.dump_index_topk);
+    dump << nlohmann::json({{"index_topk", index_topk}, {"ids", ids}, {"layers", layers}}).dump()
+         << "\n";
+  }
   return 0;
 }
 
@@ -61,6 +112,9 @@ Runner add_logits_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--out", args->out, "Output JSON file")->required();
+  cmd->add_option("--dump-index-topk", args->dump_index_topk,
+                  "Also write the indexer's picks per layer and query as JSON (DeepSeek V3.2; "
+                  "the format of tools/deepseek_reference.py --topk-out)");
   add_engine_flags(*cmd, args->engine);
   return
       [args] { return run_on_rank0(args->model, args->engine, [&] { return run_logits(*args); }); };

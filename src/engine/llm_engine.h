@@ -159,6 +159,11 @@ class LLMEngine {
   using LogitsObserver =
       std::function<void(const std::string& request_id, const float* logits, int64_t vocab_size)>;
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
+  // Sees each layer's indexer picks (CausalLM::set_index_topk_observer);
+  // false for a model without a top-k selection.
+  bool set_index_topk_observer(CausalLM::IndexTopkObserver observer) {
+    return model_->set_index_topk_observer(std::move(observer));
+  }
   // The last step's batch, for tests that check what was scheduled.
   const BatchMetadata& last_batch() const { return runner_->last_batch(); }
 

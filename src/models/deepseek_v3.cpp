@@ -170,6 +170,12 @@ class DeepseekV3Model final : public CausalLM {
            (d == DType::F8E4M3 && ds_.kv_lora_rank % ops::kMlaFp8Group == 0);
   }
 
+  bool set_index_topk_observer(IndexTopkObserver observer) override {
+    if (ds_.index_topk <= 0) return false;
+    index_topk_observer_ = std::move(observer);
+    return true;
+  }
+
   // V3.2's sparse caches use 64-token pages, as the seed's (vLLM's) do.
   int32_t default_block_size() const override { return ds_.index_topk > 0 ? 64 : 16; }
 
@@ -217,6 +223,7 @@ class DeepseekV3Model final : public CausalLM {
   ops::MoeRouting routing_;
   int64_t mtp_bytes_ = 0;
   Workspace ws_;
+  IndexTopkObserver index_topk_observer_;  // set_index_topk_observer (tests)
 };
 
 void DeepseekV3Model::init_rope() {
@@ -477,6 +484,10 @@ void DeepseekV3Model::attention(const Layer& w, const BatchMetadata& batch,
     const KVCacheView::Cache& keys = kv.layers[layer][1];
     w.indexer->select(ws.hidden.data(), ws.q_a.data(), batch, batch.kv_groups[keys.group],
                       keys.data, kv, tokens, ws.index_positions.data());
+    if (index_topk_observer_) {
+      index_topk_observer_(static_cast<int32_t>(layer), batch, ws.index_positions.data(),
+                           ds_.index_topk);
+    }
     positions_to_slots(batch, group, kv.block_size);
     ops::mla_sparse_attention(ws.q_lat.data(), cache, layout, ab, ws.index_slots.data(),
                               static_cast<int>(ds_.index_topk), static_cast<int>(hn),

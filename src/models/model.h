@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,6 +110,18 @@ class CausalLM {
   // (F32 and BF16 everywhere; F8E4M3 where the model has a format for it).
   virtual bool supports_kv_cache_dtype(DType d) const {
     return d == DType::F32 || d == DType::BF16;
+  }
+  // Sees each layer's selection of a model that attends to a subset of the
+  // cached tokens (DeepSeek V3.2's indexer top-k): `positions` [tokens of
+  // the batch, topk], each token's picks as positions in its own sequence,
+  // -1 padded, in no particular order. For tests (`pagoda logits
+  // --dump-index-topk`); while unset nothing is called or copied.
+  using IndexTopkObserver = std::function<void(int32_t layer, const BatchMetadata& batch,
+                                               const int32_t* positions, int64_t topk)>;
+  // False (and nothing kept) for a model without such a selection.
+  virtual bool set_index_topk_observer(IndexTopkObserver observer) {
+    (void)observer;
+    return false;
   }
   // Tokens per KV block when the user does not choose (--block-size).
   virtual int32_t default_block_size() const { return 16; }

@@ -130,6 +130,46 @@ margins=$($py "$tools/deepseek_reference.py" --model "$tmp/v32" --ids "$prompt" 
 [[ $? -eq 0 ]] || fail "the V3.2 test prompt's top-k margins are not clear: $margins"
 check v32-block16 v32 1e-4 --block-size 16
 check v32-block64 v32 1e-4
+# The indexer's picks, layer by layer and query by query (prefill and 23
+# decode queries), equal the reference's as sets wherever the reference's
+# k-th / (k+1)-th score margin is clear (> 1e-5 relative: every prompt
+# query, checked above); a query with t + 1 <= index_topk takes every key.
+if "$pagoda" logits --model "$tmp/v32" --prompt-ids "$prompt" --max-tokens 24 --block-size 16 \
+    --out "$tmp/topk-logits.json" --dump-index-topk "$tmp/topk-engine.json" 2>"$tmp/topk.err"; then
+  ids=$($py -c "import json, sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" \
+    "$tmp/topk-engine.json")
+  $py "$tools/deepseek_reference.py" --model "$tmp/v32" --ids "$ids" --topk-out "$tmp/topk-ref.json" \
+    >/dev/null || fail "deepseek_reference.py --topk-out failed"
+  $py - "$tmp/topk-engine.json" "$tmp/topk-ref.json" <<'PY' || fail "indexer top-k sets differ from the reference's"
+import json, sys
+eng, ref = (json.load(open(p)) for p in sys.argv[1:3])
+assert eng["index_topk"] == ref["index_topk"] and eng["ids"] == ref["ids"], (eng["index_topk"], ref["index_topk"])
+assert sorted(eng["layers"]) == sorted(ref["layers"]), (sorted(eng["layers"]), sorted(ref["layers"]))
+k, compared, skipped = ref["index_topk"], 0, 0
+for layer, rows in ref["layers"].items():
+    mine = eng["layers"][layer]
+    assert len(mine) == len(rows) == len(ref["ids"]), (layer, len(mine), len(rows))
+    for t, (a, b) in enumerate(zip(mine, rows)):
+        margin = ref["margins"][layer][t]
+        if margin is not None and margin <= 1e-5:
+            skipped += 1
+            continue
+        assert len(a) == min(k, t + 1), (layer, t, a)
+        assert set(a) == set(b), f"layer {layer} query {t}: engine {sorted(a)} reference {sorted(b)}"
+        compared += 1
+# Every prompt query of every layer has a clear margin (--check-margins above).
+assert compared >= 90 * len(ref["layers"]), (compared, skipped)
+print(f"ok indexer top-k sets equal the reference's: {compared} queries compared, {skipped} with unclear margins")
+PY
+else
+  fail "pagoda logits --dump-index-topk failed: $(tail -3 "$tmp/topk.err")"
+fi
+# A model without an indexer has no picks to write: refused (exit 2).
+"$pagoda" logits --model "$tmp/v3-same" --prompt-ids 1,2,3 --max-tokens 1 --out "$tmp/x.json" \
+  --dump-index-topk "$tmp/x-topk.json" >/dev/null 2>"$tmp/x.err"
+rc=$?
+[[ $rc -eq 2 ]] && grep -q "dump-index-topk" "$tmp/x.err" ||
+  fail "--dump-index-topk on V3 exited $rc: $(head -c 300 "$tmp/x.err")"
 # Prefill chunks of 1, index_topk - 1, index_topk, index_topk + 1 and
 # block_size - 1, block_size, block_size + 1 tokens.
 for chunk in 1 7 8 9 15 16 17; do
