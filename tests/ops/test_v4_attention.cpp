@@ -1,7 +1,9 @@
 // DeepSeek V4 sparse attention with a sink (ops.h v4_sparse_attention) on
 // every supported ISA: against the double scalar twin for every pair of
 // window / compressed cache formats; sink = -inf equals plain softmax
-// (mla_sparse_attention over the same entries as an F32 latent cache); list
+// (mla_sparse_attention over the same entries as an F32 latent cache); fp8
+// and bf16 caches equal f32 caches of their dequantised values bit for bit;
+// list
 // order and -1 padding change results by f32 reassociation only; a token
 // alone, in a batch, on 1 or 2 threads, with its segments split across
 // threads or not: the same bits; empty lists give zeros.
@@ -90,6 +92,42 @@ TEST_P(V4Attention, MatchesReferenceForEveryFormatPair) {
                                want.data());
       expect_close(out, want, 2e-5f,
                    std::string(dtype_name(wd)) + " window, " + std::string(dtype_name(cd)) + " compressed");
+    }
+  }
+}
+
+TEST_P(V4Attention, QuantisedCachesEqualF32CachesOfTheirValuesBitForBit) {
+  // The kernel reads fp8 and bf16 entries as exactly the f32 values
+  // read_v4_entry gives (fp8 through bf16 rows, which hold them exactly).
+  std::mt19937 rng(17);
+  for (int D : {512, 64}) {
+    const int R = D / 8, H = 6, T = 2, wc = 50, cc = 200;
+    for (DType dt : {DType::F8E4M3, DType::BF16}) {
+      const Cache win = make_cache(dt, D, R, 16, 64, rng, 3.0f);
+      const Cache comp = make_cache(dt, D, R, 16, 256, rng, 0.01f);
+      auto widened = [&](const Cache& c) {
+        std::vector<float> x(size_t(c.entries) * D);
+        for (int i = 0; i < c.entries; ++i) read_v4_entry(c.bytes.data(), c.layout, i, &x[size_t(i) * D]);
+        Cache f;
+        f.layout = V4EntryLayout{c.layout.entries_per_page, D, R, DType::F32, 0};
+        f.entries = c.entries;
+        f.bytes.resize(size_t(c.entries) * D * 4);
+        std::memcpy(f.bytes.data(), x.data(), f.bytes.size());
+        return f;
+      };
+      const Cache win32 = widened(win), comp32 = widened(comp);
+      const auto q = random_vec(size_t(T) * H * D, rng);
+      const auto sink = random_vec(H, rng);
+      const auto wl = random_lists(T, wc, 40, win.entries, rng);
+      const auto cl = random_lists(T, cc, 180, comp.entries, rng);
+      std::vector<float> a(size_t(T) * H * D, NAN), b(a.size(), NAN);
+      v4_sparse_attention(q.data(), T, H, win.bytes.data(), win.layout, wl.data(), wc,
+                          comp.bytes.data(), comp.layout, cl.data(), cc, sink.data(), 0.05f,
+                          a.data());
+      v4_sparse_attention(q.data(), T, H, win32.bytes.data(), win32.layout, wl.data(), wc,
+                          comp32.bytes.data(), comp32.layout, cl.data(), cc, sink.data(), 0.05f,
+                          b.data());
+      EXPECT_TRUE(bits_equal(a, b)) << dtype_name(dt) << " D " << D;
     }
   }
 }
