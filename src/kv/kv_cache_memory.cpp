@@ -17,8 +17,10 @@ KVCacheMemory::KVCacheMemory(const KVCachePlan& plan, int64_t num_blocks, DType 
     const KVCacheGroup& group = plan.groups[g];
     for (size_t i = 0; i < group.tensors.size(); ++i) {
       const KVTensorRef& t = group.tensors[i];
+      const int32_t positions = plan.block_size;  // TEMP until per-group block sizes
       view_.layers[t.layer][t.cache] = {storage_[group.pool]->slot(static_cast<int64_t>(i)),
-                                        static_cast<int32_t>(g)};
+                                        static_cast<int32_t>(g), plan.pools[group.pool].page_bytes,
+                                        positions};
     }
   }
 }

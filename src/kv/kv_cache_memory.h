@@ -21,6 +21,8 @@ struct KVCacheView {
   struct Cache {
     void* data = nullptr;
     int32_t group = 0;
+    int64_t page_bytes = 0;  // from one page to the next (the pool's page size)
+    int32_t block_size = 0;  // token positions per page (the group's)
   };
   int32_t block_size = 16;   // token positions per logical block
   DType dtype = DType::F32;  // element type the caches were declared for

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "models/deepseek_v3.h"
+#include "models/deepseek_v4.h"
 #include "models/llama.h"
 #include "models/model.h"
 
@@ -27,6 +28,10 @@ const std::map<std::string, Factory>& registry() {
       {"DeepseekV32ForCausalLM",
        [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_deepseek_v3(c, std::move(ckpt), comm, q);
+       }},
+      {"DeepseekV4ForCausalLM",
+       [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
+         return make_deepseek_v4(c, std::move(ckpt), comm, q);
        }},
       {"LlamaForCausalLM",
        [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {

@@ -74,8 +74,8 @@ namespace {
 
 // Element d of the key at a slot of an indexer cache, as f32.
 float indexer_at(const void* cache, const IndexerLayout& layout, int64_t slot, int d) {
-  if (layout.mxfp4) return indexer_mxfp4_at(cache, layout, slot, d);
-  const char* page = static_cast<const char*>(cache) + slot / layout.block_size * layout.page_bytes();
+  if (layout.dtype == DType::F4E2M1) return indexer_mxfp4_at(cache, layout, slot, d);
+  const char* page = static_cast<const char*>(cache) + slot / layout.block_size * layout.page_step();
   const int offset = static_cast<int>(slot % layout.block_size);
   const int64_t i = int64_t{offset} * layout.head_dim + d;
   switch (layout.dtype) {
@@ -101,11 +101,11 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
     const float* x = k + t * k_stride;
-    if (layout.mxfp4) {
+    if (layout.dtype == DType::F4E2M1) {
       write_indexer_mxfp4(x, layout, slot, cache);
       continue;
     }
-    char* page = static_cast<char*>(cache) + slot / layout.block_size * layout.page_bytes();
+    char* page = static_cast<char*>(cache) + slot / layout.block_size * layout.page_step();
     const int offset = static_cast<int>(slot % layout.block_size);
     const int64_t i0 = int64_t{offset} * dim;
     if (layout.dtype == DType::F8E4M3) {

@@ -35,24 +35,24 @@ double e2m1_value(uint8_t code) {
 }  // namespace
 
 float indexer_mxfp4_at(const void* cache, const IndexerLayout& layout, int64_t slot, int d) {
-  const auto* page = static_cast<const uint8_t*>(cache) + slot / layout.block_size * layout.page_bytes();
+  const auto* page = static_cast<const uint8_t*>(cache) + slot / layout.block_size * layout.page_step();
   const int offset = static_cast<int>(slot % layout.block_size);
   const uint8_t byte = page[layout.mxfp4_values_offset(offset) + d / 2];
   const uint8_t code = d % 2 == 0 ? byte & 0xf : byte >> 4;
-  const int k = page[layout.mxfp4_scales_offset(offset) + d / kMxfp4Block] - 127;
+  const int k = page[layout.mxfp4_scales_offset(offset) + d / kFp4Block] - 127;
   return static_cast<float>(std::ldexp(e2m1_value(code), k));
 }
 
 void write_indexer_mxfp4(const float* x, const IndexerLayout& layout, int64_t slot, void* cache) {
-  auto* page = static_cast<uint8_t*>(cache) + slot / layout.block_size * layout.page_bytes();
+  auto* page = static_cast<uint8_t*>(cache) + slot / layout.block_size * layout.page_step();
   const int offset = static_cast<int>(slot % layout.block_size);
-  for (int b = 0; b < layout.head_dim / kMxfp4Block; ++b) {
+  for (int b = 0; b < layout.head_dim / kFp4Block; ++b) {
     double amax = 0;
-    for (int d = 0; d < kMxfp4Block; ++d) amax = std::max(amax, std::fabs(double{x[b * 32 + d]}));
+    for (int d = 0; d < kFp4Block; ++d) amax = std::max(amax, std::fabs(double{x[b * 32 + d]}));
     const int k = ceil_log2(std::max(amax, 6.0 * std::ldexp(1.0, -126)) / 6.0);
     page[layout.mxfp4_scales_offset(offset) + b] = static_cast<uint8_t>(k + 127);
-    for (int d = 0; d < kMxfp4Block; ++d) {
-      const int i = b * kMxfp4Block + d;
+    for (int d = 0; d < kFp4Block; ++d) {
+      const int i = b * kFp4Block + d;
       const uint8_t code = e2m1_nearest(std::ldexp(double{x[i]}, -k));
       uint8_t& byte = page[layout.mxfp4_values_offset(offset) + i / 2];
       byte = i % 2 == 0 ? static_cast<uint8_t>((byte & 0xf0) | code)

@@ -1,5 +1,5 @@
 // The V4 lightning indexer's key cache in MXFP4 (ops.h IndexerLayout
-// mxfp4) through indexer_topk on every supported ISA, called as the V4
+// F4E2M1) through indexer_topk on every supported ISA, called as the V4
 // model calls it: every query token its own 1-token sequence whose seq_len
 // is its count of visible compressed keys floor((t + 1) / 4) (0 for t < 3:
 // an all -1 list). Against the scalar twin exactly, and against an F32
@@ -41,13 +41,13 @@ V4Step build(int tokens, int heads, int dim, int bs, std::mt19937& rng) {
   const int keys = tokens / 4;
   st.max_blocks = std::max(1, (keys + bs - 1) / bs);
   const int pages = st.max_blocks + 2;
-  st.fp4 = IndexerLayout{bs, dim, DType::F32, true, 0};
-  st.f32 = IndexerLayout{bs, dim, DType::F32, false, 0};
+  st.fp4 = IndexerLayout{bs, dim, DType::F4E2M1, 0};
+  st.f32 = IndexerLayout{bs, dim, DType::F32, 0};
   std::vector<int32_t> phys(pages);
   std::iota(phys.begin(), phys.end(), 0);
   std::shuffle(phys.begin(), phys.end(), rng);
   st.table.assign(phys.begin(), phys.begin() + st.max_blocks);
-  st.fp4_cache.assign(size_t(pages) * st.fp4.page_bytes(), 0);
+  st.fp4_cache.assign(size_t(pages) * st.fp4.page_step(), 0);
   st.f32_cache.assign(size_t(pages) * bs * dim, NAN);
   // Keys of varied magnitude per 32-block, so the scales differ.
   auto k = random_vec(size_t(keys) * dim, rng);

@@ -27,13 +27,13 @@ uint8_t e2m1_code(float v) {
   return std::signbit(v) ? code | 8 : code;
 }
 
-// One MXFP4 key (ops.h IndexerLayout mxfp4): dim / 2 value bytes and
+// One MXFP4 key (ops.h IndexerLayout F4E2M1): dim / 2 value bytes and
 // dim / 32 UE8M0 scale bytes.
 void write_mxfp4_key(const float* x, int dim, uint8_t* values, uint8_t* scales) {
-  for (int b = 0; b < dim / kMxfp4Block; ++b) {
-    const float* g = x + b * kMxfp4Block;
+  for (int b = 0; b < dim / kFp4Block; ++b) {
+    const float* g = x + b * kFp4Block;
     float amax = 0.0f;
-    for (int d = 0; d < kMxfp4Block; ++d) amax = std::fmax(amax, std::fabs(g[d]));
+    for (int d = 0; d < kFp4Block; ++d) amax = std::fmax(amax, std::fabs(g[d]));
     // The smallest 2^k >= amax / 6 (k >= -126): frexp's m in [0.5, 1) is
     // 0.5 exactly when the quotient is a power of two. amax / 6 in double
     // is close enough that no f32 amax lands within rounding of a power of
@@ -43,9 +43,9 @@ void write_mxfp4_key(const float* x, int dim, uint8_t* values, uint8_t* scales) 
     const int k = m == 0.5 ? e - 1 : e;
     scales[b] = static_cast<uint8_t>(k + 127);
     const float inv = std::ldexp(1.0f, -k);  // x / 2^k = x * 2^-k, exact (k <= 126)
-    for (int d = 0; d < kMxfp4Block; d += 2) {
+    for (int d = 0; d < kFp4Block; d += 2) {
       const uint8_t lo = e2m1_code(g[d] * inv), hi = e2m1_code(g[d + 1] * inv);
-      values[(b * kMxfp4Block + d) / 2] = static_cast<uint8_t>(lo | hi << 4);
+      values[(b * kFp4Block + d) / 2] = static_cast<uint8_t>(lo | hi << 4);
     }
   }
 }
@@ -56,11 +56,10 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
                      const IndexerLayout& layout, void* cache, int64_t k_stride) {
   const int bs = layout.block_size, dim = layout.head_dim;
   PAGODA_CHECK(bs > 0 && dim > 0, "write_indexer_k: block_size {} head_dim {}", bs, dim);
-  PAGODA_CHECK(layout.mxfp4 ? dim % kMxfp4Block == 0
-                            : (layout.dtype == DType::F32 || layout.dtype == DType::BF16 ||
-                               layout.dtype == DType::F8E4M3),
-               "write_indexer_k: cache dtype {} (mxfp4 {}) head_dim {}", dtype_name(layout.dtype),
-               layout.mxfp4, dim);
+  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16 ||
+                   layout.dtype == DType::F8E4M3 ||
+                   (layout.dtype == DType::F4E2M1 && dim % kFp4Block == 0),
+               "write_indexer_k: cache dtype {} head_dim {}", dtype_name(layout.dtype), dim);
   if (k_stride == 0) k_stride = dim;
   // 128 values per token: scalar conversion is cheap next to the projection
   // that made them; tokens are split across threads.
@@ -71,8 +70,8 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
       const float* x = k + t * k_stride;
       const int64_t block = slot / bs;
       const int offset = static_cast<int>(slot % bs);
-      char* page = static_cast<char*>(cache) + block * layout.page_bytes();
-      if (layout.mxfp4) {
+      char* page = static_cast<char*>(cache) + block * layout.page_step();
+      if (layout.dtype == DType::F4E2M1) {
         auto* bytes = reinterpret_cast<uint8_t*>(page);
         write_mxfp4_key(x, dim, bytes + layout.mxfp4_values_offset(offset),
                         bytes + layout.mxfp4_scales_offset(offset));

@@ -83,9 +83,9 @@ PAGODA_TARGET void indexer_widen_keys(const char* page, int rows, int dim, int b
     for (int r = 0; r < rows; ++r) {
       float* dst = tile + int64_t{r} * dim;
       const uint8_t* v = bytes + int64_t{r} * (dim / 2);
-      const uint8_t* s = scales + int64_t{r} * (dim / kMxfp4Block);
+      const uint8_t* s = scales + int64_t{r} * (dim / kFp4Block);
       for (int d = 0; d < dim; d += 2) {
-        const float sc = f8e8m0_to_f32(s[d / kMxfp4Block]);
+        const float sc = f8e8m0_to_f32(s[d / kFp4Block]);
         dst[d] = kE2m1[v[d / 2] & 0xf] * sc;
         dst[d + 1] = kE2m1[v[d / 2] >> 4] * sc;
       }

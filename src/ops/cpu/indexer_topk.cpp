@@ -73,12 +73,11 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
   PAGODA_CHECK(bs > 0 && dim > 0 && num_heads > 0 && topk > 0,
                "indexer_topk: block_size {} head_dim {} heads {} topk {}", bs, dim, num_heads,
                topk);
-  PAGODA_CHECK(layout.mxfp4 ? dim % kMxfp4Block == 0
-                            : (layout.dtype == DType::F32 || layout.dtype == DType::BF16 ||
-                               layout.dtype == DType::F8E4M3),
-               "indexer_topk: cache dtype {} (mxfp4 {}) head_dim {}", dtype_name(layout.dtype),
-               layout.mxfp4, dim);
-  const bool widen = layout.mxfp4 || layout.dtype != DType::F32;
+  PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16 ||
+                   layout.dtype == DType::F8E4M3 ||
+                   (layout.dtype == DType::F4E2M1 && dim % kFp4Block == 0),
+               "indexer_topk: cache dtype {} head_dim {}", dtype_name(layout.dtype), dim);
+  const bool widen = layout.dtype != DType::F32;
   PAGODA_CHECK(batch.sliding_window == 0, "indexer_topk: sliding window {}",
                batch.sliding_window);
   const int32_t* qsl = batch.query_start_loc;
@@ -117,7 +116,7 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
   Candidate* part_cands = part_list.data();
   int32_t* part_counts = part_count_list.data();
   const cpu::KernelTable& kt = cpu::active_kernels();
-  const int64_t page_bytes = layout.page_bytes();
+  const int64_t page_bytes = layout.page_step();
 
   // Writes token t's sorted candidates as slots / positions, -1 padded
   // (re-sorted by position for IndexerOrder::Position: c is scratch).
@@ -167,8 +166,8 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
         // F32 pages are read in place; BF16 / FP8 / MXFP4 ones widened per block.
         const float* keys = reinterpret_cast<const float*>(page);
         if (widen) {
-          kt.indexer_widen_keys(page, rows, dim, bs, !layout.mxfp4 && layout.dtype == DType::F8E4M3,
-                                layout.mxfp4, tile_buf.data());
+          kt.indexer_widen_keys(page, rows, dim, bs, layout.dtype == DType::F8E4M3,
+                                layout.dtype == DType::F4E2M1, tile_buf.data());
           keys = tile_buf.data();
         }
         kt.indexer_scores(qT, w, hp, keys, rows, dim, score_buf.data());
