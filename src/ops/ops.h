@@ -490,8 +490,8 @@ void read_v4_entry(const void* cache, const V4EntryLayout& layout, int64_t slot,
 // with comp_count 0); K = V = the whole dequantised entry (head_dim values). q, out: [num_tokens,
 // num_heads, head_dim]. sink: [num_heads] (may hold -inf = plain softmax). A token's output depends
 // only on its q, lists and caches (never on the batch or the threads).
-// Both layouts must have the same head_dim. No entries and sink = -inf:
-// zeros (not 0/0). Order: the window list then the comp list, each taken
+// Both layouts must have the same head_dim. A token with no valid entry
+// gets zeros, whatever its sinks (the sink's value vector is zero). Order: the window list then the comp list, each taken
 // in fixed segments of list positions (v4_attention_impl.h) whose softmax
 // states merge in order; another order or padding of the same entries
 // differs by f32 reassociation only. A slot listed twice counts twice.
