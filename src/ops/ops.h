@@ -351,19 +351,36 @@ void mla_sparse_attention(const float* q, const void* cache, const MLALayout& la
 //     amax / 448 (plain f32, not rounded to a power of two; 1 for an
 //     all-zero key), byte = f32_to_f8e4m3(x / scale), value read back =
 //     f8e4m3_to_f32(byte) * scale (one f32 product).
+//   F4E2M1 = MXFP4 (DeepSeek V4's indexer keys, spec §5.1): the page's
+//     block_size * head_dim / 2 value bytes first (token-major; element 2i
+//     in the low nibble, 2i + 1 in the high one, as the checkpoints' FP4
+//     experts), then its block_size * head_dim / kFp4Block (32)
+//     UE8M0 scale bytes (token-major): 68 bytes per 128-value key. Per 32
+//     values: s = 2^ceil(log2(max(amax, 6 * 2^-126) / 6)) (the smallest power
+//     of two with amax / s <= 6; byte = log2(s) + 127), code = e2m1 of
+//     clamp(x / s, +-6) rounded to nearest, ties to the even code (grid 0,
+//     0.5, 1, 1.5, 2, 3, 4, 6, sign bit 8; -0 keeps its sign); value read
+//     back = grid[code] * s (exact). tools/deepseek_v4_reference.py fp4_sim
+//     gives the same values (tests/data/v4_codecs). head_dim % 32 == 0.
 struct IndexerLayout {
   int block_size = 64;
   int head_dim = 128;
-  DType dtype = DType::F32;  // F32, BF16 or F8E4M3
+  DType dtype = DType::F32;  // F32, BF16, F8E4M3 or F4E2M1 (MXFP4)
   // Bytes from one page to the next when the pool's pages are larger than
   // page_bytes() (aligned or padded into a bigger bucket); 0: page_bytes().
   int64_t page_stride = 0;
 
   int64_t page_step() const { return page_stride > 0 ? page_stride : page_bytes(); }
   int64_t page_bytes() const {
-    const int64_t per_token =
-        dtype == DType::F8E4M3 ? head_dim + 4 : int64_t{head_dim} * int64_t(dtype_size(dtype));
+    int64_t per_token = int64_t{head_dim} * int64_t(dtype_size(dtype));
+    if (dtype == DType::F8E4M3) per_token = head_dim + 4;
+    if (dtype == DType::F4E2M1) per_token = head_dim / 2 + head_dim / kFp4Block;
     return per_token * block_size;
+  }
+  // MXFP4: bytes from a page's start to a token's values and to its scales.
+  int64_t mxfp4_values_offset(int offset) const { return int64_t{offset} * (head_dim / 2); }
+  int64_t mxfp4_scales_offset(int offset) const {
+    return int64_t{block_size} * (head_dim / 2) + int64_t{offset} * (head_dim / kFp4Block);
   }
   // FP8: bytes from a page's start to a token's values and to its scale.
   int64_t fp8_values_offset(int offset) const { return int64_t{offset} * head_dim; }
@@ -380,7 +397,10 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
 // The lightning indexer's top-k for each query token of a step's mixed batch
 // (prefill chunks and decodes, AttentionBatch's causal rule: new token j of
 // sequence s sees keys [0, seq_len - num_new + j], read through its block
-// table; sliding_window must be 0):
+// table; sliding_window must be 0). seq_len may be below the sequence's
+// new-token count: a token that so sees no key (e.g. a V4 query given as
+// its own 1-token sequence with seq_len = its floor((t + 1) / 4) visible
+// compressed keys, 0 for t < 3) gets an all -1 list.
 //   I(t, p) = sum_h weights[t, h] * ReLU(q[t, h, :] . key_p)   (f32)
 // q: [num_tokens, num_heads, head_dim] (already roped and rotated),
 // weights: [num_tokens, num_heads] (already scaled). out_slots[t, 0:topk]
@@ -402,6 +422,85 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
                   const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
                   int topk, int32_t* out_slots, int32_t* out_positions = nullptr,
                   IndexerOrder order = IndexerOrder::Score);
+
+// ---- DeepSeek V4 attention (spec §3.2.2, §5.1) ----------------------------
+// One cache of V4 entries (a window cache or a compressed cache; spec §5.1):
+// head_dim values per entry, the last rope_dim of them rotary.
+// slot = page * entries_per_page + offset; page p starts at byte
+// p * page_stride(). F32 / BF16 (round to nearest even): entry e of a page
+// at byte e * head_dim * size. F8E4M3 = FlashMLA's V4 "fp8_ds_mla" entry
+// (584 B for 448 + 64): per page, the token bodies (nope = head_dim -
+// rope_dim e4m3 bytes, then rope_dim bf16 values) of all entries_per_page
+// entries first, then per entry an 8-byte-aligned trailer of
+// ceil(nope / 64) UE8M0 scale bytes (+ zero pad). Per 64 nope values (a
+// last partial group has its own scale, as the reference tool's fp8_sim):
+// s = 2^ceil(log2(max(amax, 1e-4) / 448)) (the smallest power of two with
+// max(amax, 1e-4) / s <= 448; byte = log2(s) + 127), byte =
+// f32_to_f8e4m3(clamp(x / s, +-448)) (x / s exact), value read back =
+// f8e4m3_to_f32(byte) * s (exact); rope values bf16, round to nearest even.
+// These are tools/deepseek_v4_reference.py --fp8-cache's values bit for bit
+// (tests/data/v4_codecs).
+constexpr int kV4Fp8Group = 64;
+struct V4EntryLayout {
+  int entries_per_page = 64;  // the cache's positions per page / compress_ratio
+  int head_dim = 512;
+  int rope_dim = 64;
+  DType dtype = DType::F32;   // F32, BF16, or F8E4M3 = FlashMLA's V4 fp8 entry (above)
+  int64_t page_bytes = 0;     // bytes from one page to the next (the planner's rounded page)
+
+  int nope_dim() const { return head_dim - rope_dim; }
+  int fp8_scale_groups() const { return (nope_dim() + kV4Fp8Group - 1) / kV4Fp8Group; }
+  // F8E4M3: bytes of one body and of one scale trailer.
+  int64_t fp8_body_bytes() const { return nope_dim() + 2 * int64_t{rope_dim}; }
+  int64_t fp8_trailer_bytes() const { return (fp8_scale_groups() + 7) / 8 * 8; }
+  // Bytes one entry takes in any format (584 for the fp8 448 + 64).
+  int64_t entry_bytes() const {
+    if (dtype == DType::F8E4M3) return fp8_body_bytes() + fp8_trailer_bytes();
+    return int64_t{head_dim} * int64_t(dtype_size(dtype));
+  }
+  // The page stride: page_bytes, or 0 = entries_per_page * entry_bytes().
+  int64_t page_stride() const {
+    return page_bytes > 0 ? page_bytes : int64_t{entries_per_page} * entry_bytes();
+  }
+  // Bytes from the cache start to a slot's entry (F32 / BF16 / the fp8 body)
+  // and, F8E4M3 only, to its scale trailer.
+  int64_t entry_offset(int64_t slot) const {
+    const int64_t page = slot / entries_per_page, off = slot % entries_per_page;
+    const int64_t stride = dtype == DType::F8E4M3 ? fp8_body_bytes() : entry_bytes();
+    return page * page_stride() + off * stride;
+  }
+  int64_t fp8_scales_offset(int64_t slot) const {
+    const int64_t page = slot / entries_per_page, off = slot % entries_per_page;
+    return page * page_stride() + entries_per_page * fp8_body_bytes() + off * fp8_trailer_bytes();
+  }
+};
+
+// Stores entry rows x[i, 0:head_dim] (row stride x_stride; 0 = head_dim) at
+// slots[i] in the layout's format; a negative slot = skip (padding).
+void write_v4_entries(const float* x, const int64_t* slots, int64_t n, const V4EntryLayout& layout,
+                      void* cache, int64_t x_stride = 0);
+// The head_dim values attention reads for a slot (dequantised), as f32.
+void read_v4_entry(const void* cache, const V4EntryLayout& layout, int64_t slot, float* out);
+
+// V4 attention with an attention sink (spec §3.2.2): for token t and head h,
+//   o[t,h] = sum_k exp(s_k - M) kappa_k / (sum_k exp(s_k - M) + exp(sink[h] - M)),
+//   s_k = scale * q[t,h] . kappa_k, M = max(max_k s_k, sink[h]),
+// over kappa_k = the entries at window_slots[t*window_count ...] of window_cache and
+// comp_slots[t*comp_count ...] of comp_cache (-1 = none, anywhere in a list; comp_cache may be null
+// with comp_count 0); K = V = the whole dequantised entry (head_dim values). q, out: [num_tokens,
+// num_heads, head_dim]. sink: [num_heads] (may hold -inf = plain softmax). A token's output depends
+// only on its q, lists and caches (never on the batch or the threads).
+// Both layouts must have the same head_dim. A token with no valid entry
+// gets zeros, whatever its sinks (the sink's value vector is zero). Order: the window list then the comp list, each taken
+// in fixed segments of list positions (v4_attention_impl.h) whose softmax
+// states merge in order; another order or padding of the same entries
+// differs by f32 reassociation only. A slot listed twice counts twice.
+void v4_sparse_attention(const float* q, int64_t num_tokens, int num_heads,
+                         const void* window_cache, const V4EntryLayout& window_layout,
+                         const int32_t* window_slots, int window_count,
+                         const void* comp_cache, const V4EntryLayout& comp_layout,
+                         const int32_t* comp_slots, int comp_count,
+                         const float* sink, float scale, float* out);
 
 // ---- Variant selection (tests run every variant the CPU supports) ---------
 // Avx512Bf16: Avx512 plus AVX512_BF16; linears with bf16 weights round the

@@ -45,6 +45,21 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
                   const IndexerLayout& layout, const AttentionBatch& batch, int num_heads,
                   int topk, int32_t* out_slots, int32_t* out_positions = nullptr,
                   IndexerOrder order = IndexerOrder::Score);
+// DeepSeek V4 twins (reference_v4.cpp). The MXFP4 indexer key codec:
+// one key's element as f32, and one key written (write_indexer_k and
+// indexer_topk route F4E2M1 caches through these).
+float indexer_mxfp4_at(const void* cache, const IndexerLayout& layout, int64_t slot, int d);
+void write_indexer_mxfp4(const float* x, const IndexerLayout& layout, int64_t slot, void* cache);
+void write_v4_entries(const float* x, const int64_t* slots, int64_t n, const V4EntryLayout& layout,
+                      void* cache, int64_t x_stride = 0);
+void read_v4_entry(const void* cache, const V4EntryLayout& layout, int64_t slot, float* out);
+// Attention in double: all scores, M = max(scores, sink), one pass of sums.
+void v4_sparse_attention(const float* q, int64_t num_tokens, int num_heads,
+                         const void* window_cache, const V4EntryLayout& window_layout,
+                         const int32_t* window_slots, int window_count,
+                         const void* comp_cache, const V4EntryLayout& comp_layout,
+                         const int32_t* comp_slots, int comp_count,
+                         const float* sink, float scale, float* out);
 
 // MoE (moe_reference.cpp). Scores are computed with the same f32 formulas
 // as moe_route (1 / (1 + e^-z); softmax as max, exp, sum in index order,

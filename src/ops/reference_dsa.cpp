@@ -74,6 +74,7 @@ namespace {
 
 // Element d of the key at a slot of an indexer cache, as f32.
 float indexer_at(const void* cache, const IndexerLayout& layout, int64_t slot, int d) {
+  if (layout.dtype == DType::F4E2M1) return indexer_mxfp4_at(cache, layout, slot, d);
   const char* page = static_cast<const char*>(cache) + slot / layout.block_size * layout.page_step();
   const int offset = static_cast<int>(slot % layout.block_size);
   const int64_t i = int64_t{offset} * layout.head_dim + d;
@@ -100,6 +101,10 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
     const float* x = k + t * k_stride;
+    if (layout.dtype == DType::F4E2M1) {
+      write_indexer_mxfp4(x, layout, slot, cache);
+      continue;
+    }
     char* page = static_cast<char*>(cache) + slot / layout.block_size * layout.page_step();
     const int offset = static_cast<int>(slot % layout.block_size);
     const int64_t i0 = int64_t{offset} * dim;
@@ -126,7 +131,8 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
     const int64_t q0 = batch.query_start_loc[s], q1 = batch.query_start_loc[s + 1];
     const int32_t* table = batch.block_table(s);
     for (int64_t t = q0; t < q1; ++t) {
-      const int64_t n_keys = batch.seq_lens[s] - (q1 - q0) + (t - q0) + 1;
+      const int64_t n_keys =
+          std::max<int64_t>(0, batch.seq_lens[s] - (q1 - q0) + (t - q0) + 1);
       std::vector<double> score(static_cast<size_t>(n_keys));
       std::vector<float> key(static_cast<size_t>(dim));
       for (int64_t p = 0; p < n_keys; ++p) {

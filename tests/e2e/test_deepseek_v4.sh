@@ -77,6 +77,28 @@ done
 make_ckpt dense --dtype f32 --seed 1 --index-topk 512
 check dense-c4 dense 1e-4 "$long"
 
+# The published formats: FP8 e4m3 weights with E8M0 128x128 block scales
+# (X.scale) and routed experts in FP4 e2m1 with an E8M0 scale per 32
+# inputs. f32 math (avx2 kernels) to compare at 1e-4; with avx512bf16 the
+# bf16 weights round activations (compare_logits allows 5e-3).
+make_ckpt fp4 --dtype bf16 --fp8 --fp4-experts --seed 3
+check fp8-fp4-avx2 fp4 1e-4 "$long" --isa avx2 --kv-cache-dtype f32
+check fp8-fp4 fp4 1e-4 "$(ids 80 9)"
+
+# Bad checkpoints are refused at load with exit 2, naming the tensor (or
+# config field) and the reason.
+refuse() {  # refuse BROKEN EXPECTED-TEXT
+  make_ckpt "bad-$1" --fp8 --fp4-experts --broken "$1"
+  local err rc
+  err=$("$pagoda" generate --model "$tmp/bad-$1" --prompt hi --max-tokens 2 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 2 && $err == *"$2"* ]] || fail "broken checkpoint '$1': exit $rc, message: $err"
+}
+refuse missing-scale "'layers.0.attn.wq_a.scale'"
+refuse scale-shape "expected [1, 2]"
+refuse fp4-scale-shape "'layers.0.ffn.experts.0.w1.scale' have shape [64, 9], expected [64, 8]"
+refuse unknown-scale-fmt "scale_fmt 'ue4m3'"
+
 # Greedy tokens of a batch of requests that share prefixes equal each
 # request run alone, with the prefix cache on (hits at the 256-position
 # block boundary), chunked prefill, and a KV pool so small that requests are

@@ -70,8 +70,28 @@ PAGODA_TARGET void indexer_scores(const float* qT, const float* w, int hp, const
 // vload_e4m3 gives value / 256 exactly and scale * 256 is exact (scale <=
 // FLT_MAX / 448), so the product rounds the same real number as value *
 // scale.
+// mxfp4: a table lookup per value (the 16 signed e2m1 values) times the
+// block's power of two, exact; a key's 128 lookups are little next to its
+// num_heads * 128 score FMAs, so this stays scalar.
 PAGODA_TARGET void indexer_widen_keys(const char* page, int rows, int dim, int block_size,
-                                      bool fp8, float* tile) {
+                                      bool fp8, bool mxfp4, float* tile) {
+  if (mxfp4) {
+    static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    const auto* bytes = reinterpret_cast<const uint8_t*>(page);
+    const uint8_t* scales = bytes + int64_t{block_size} * (dim / 2);
+    for (int r = 0; r < rows; ++r) {
+      float* dst = tile + int64_t{r} * dim;
+      const uint8_t* v = bytes + int64_t{r} * (dim / 2);
+      const uint8_t* s = scales + int64_t{r} * (dim / kFp4Block);
+      for (int d = 0; d < dim; d += 2) {
+        const float sc = f8e8m0_to_f32(s[d / kFp4Block]);
+        dst[d] = kE2m1[v[d / 2] & 0xf] * sc;
+        dst[d + 1] = kE2m1[v[d / 2] >> 4] * sc;
+      }
+    }
+    return;
+  }
   for (int r = 0; r < rows; ++r) {
     float* dst = tile + int64_t{r} * dim;
     Vec vs = vset1(1.0f);

@@ -74,8 +74,10 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
                "indexer_topk: block_size {} head_dim {} heads {} topk {}", bs, dim, num_heads,
                topk);
   PAGODA_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16 ||
-                   layout.dtype == DType::F8E4M3,
-               "indexer_topk: cache dtype {}", dtype_name(layout.dtype));
+                   layout.dtype == DType::F8E4M3 ||
+                   (layout.dtype == DType::F4E2M1 && dim % kFp4Block == 0),
+               "indexer_topk: cache dtype {} head_dim {}", dtype_name(layout.dtype), dim);
+  const bool widen = layout.dtype != DType::F32;
   PAGODA_CHECK(batch.sliding_window == 0, "indexer_topk: sliding window {}",
                batch.sliding_window);
   const int32_t* qsl = batch.query_start_loc;
@@ -89,7 +91,7 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
   int64_t max_keys = 0;
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t num_new = qsl[s + 1] - qsl[s], len = batch.seq_lens[s];
-    PAGODA_CHECK(num_new >= 0 && len >= num_new && (len + bs - 1) / bs <= batch.max_blocks_per_seq,
+    PAGODA_CHECK(num_new >= 0 && len >= 0 && (len + bs - 1) / bs <= batch.max_blocks_per_seq,
                  "indexer_topk: sequence {} has {} new of {} keys, {} blocks max", s, num_new,
                  len, batch.max_blocks_per_seq);
     for (int64_t t = qsl[s]; t < qsl[s + 1]; ++t) seq_of[t] = s;
@@ -135,7 +137,7 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
     thread_local std::vector<float> qt_buf, tile_buf, score_buf;
     thread_local std::vector<Candidate> cand_buf;
     qt_buf.resize(static_cast<size_t>(dim + 1) * hp);
-    if (layout.dtype != DType::F32) tile_buf.resize(static_cast<size_t>(bs) * dim);
+    if (widen) tile_buf.resize(static_cast<size_t>(bs) * dim);
     score_buf.resize(static_cast<size_t>(bs));
     cand_buf.resize(static_cast<size_t>(2 * topk));
     float* qT = qt_buf.data();
@@ -144,7 +146,9 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
       const int64_t t = item / parts, part = item % parts;
       const int s = seq_of[t];
       const int64_t num_new = qsl[s + 1] - qsl[s];
-      const int64_t n_keys = batch.seq_lens[s] - num_new + (t - qsl[s]) + 1;
+      // (seq_len < num_new: the first tokens see no key; ops.h.)
+      const int64_t n_keys =
+          std::max<int64_t>(0, batch.seq_lens[s] - num_new + (t - qsl[s]) + 1);
       const int32_t* table = batch.block_table(s);
       const int64_t blocks = (n_keys + bs - 1) / bs;
       const int64_t b0 = blocks * part / parts, b1 = blocks * (part + 1) / parts;
@@ -159,11 +163,11 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
         const int64_t first = b * bs;
         const int rows = static_cast<int>(std::min<int64_t>(bs, n_keys - first));
         const char* page = static_cast<const char*>(cache) + table[b] * page_bytes;
-        // F32 pages are read in place; BF16 / FP8 ones widened per block.
+        // F32 pages are read in place; BF16 / FP8 / MXFP4 ones widened per block.
         const float* keys = reinterpret_cast<const float*>(page);
-        if (layout.dtype != DType::F32) {
+        if (widen) {
           kt.indexer_widen_keys(page, rows, dim, bs, layout.dtype == DType::F8E4M3,
-                                tile_buf.data());
+                                layout.dtype == DType::F4E2M1, tile_buf.data());
           keys = tile_buf.data();
         }
         kt.indexer_scores(qT, w, hp, keys, rows, dim, score_buf.data());

@@ -113,6 +113,39 @@ struct MlaSparseTile {
   int64_t entry_stride = 0;  // elements of the cache type per entry (fp8: entry bytes)
   float scale = 1.0f;
 };
+// A tile of V4 sparse attention (ops.h v4_sparse_attention): one query
+// token times `heads` consecutive heads over the token's two entry lists
+// (window, then compressed), every head reading each entry once per tile.
+// The lists, one after the other, are cut into segments of
+// kV4SegmentSlots list positions; each segment's softmax state is computed
+// from the empty state (chunks of up to kKeyChunk valid entries of one
+// list, in list order) and folded into the total in segment order, empty
+// segments skipped; then the sink joins the denominator. A tile covers
+// segments [seg_begin, seg_end): all of them (partial == null: the output),
+// or exactly one, whose raw state goes to `partial` (per head h at partial
+// + h * partial_head_stride: max, denominator, head_dim accumulator values) for
+// v4_finish to fold. Both run the same fold, so a token's bits do not
+// depend on the split.
+struct V4AttentionSource {
+  const void* cache = nullptr;
+  const V4EntryLayout* layout = nullptr;
+  const int32_t* slots = nullptr;  // the token's list, -1 = none
+  int count = 0;
+};
+struct V4AttentionTile {
+  const float* q = nullptr;  // head h at q + h * head_dim
+  float* out = nullptr;      // head h at out + h * head_dim
+  const float* sink = nullptr;  // the tile's heads' sinks
+  int heads = 0;                // <= kMaxTileQueries
+  int head_dim = 0;
+  float scale = 1.0f;
+  V4AttentionSource src[2];
+  int seg_begin = 0, seg_end = 0;
+  float* partial = nullptr;
+  int64_t partial_head_stride = 0;
+};
+constexpr int kV4SegmentSlots = 256;
+
 // Floats of scratch an MLA tile needs: per query a segment's and the
 // total's latent accumulator, max and denominator, and one chunk's scores.
 // An fp8_ds_mla cache (ops.h MLALayout F8E4M3) also needs room for one
@@ -228,11 +261,21 @@ struct KernelTable {
   // instruction sequence of its q, w and k only.
   void (*indexer_scores)(const float* qT, const float* w, int hp, const float* k, int count,
                          int dim, float* s) = nullptr;
-  // The first `rows` keys of an indexer cache page of a BF16 or F8E4M3
-  // layout (ops.h IndexerLayout) as f32 rows of dim in `tile`: bf16 widened
+  // The first `rows` keys of an indexer cache page of a BF16, F8E4M3 or
+  // MXFP4 layout (ops.h IndexerLayout) as f32 rows of dim in `tile`: bf16 widened
   // exactly; fp8 = f8e4m3_to_f32(byte) * the token's scale, the same bits.
+  // mxfp4 (F4E2M1): grid[code] * 2^(byte - 127), exact.
   void (*indexer_widen_keys)(const char* page, int rows, int dim, int block_size, bool fp8,
-                             float* tile) = nullptr;
+                             bool mxfp4, float* tile) = nullptr;
+  // One V4 attention tile (any entry formats); scratch holds
+  // mla_scratch_floats(head_dim, head_dim).
+  void (*v4_attention)(const V4AttentionTile& a, float* scratch) = nullptr;
+  // Folds `count` segment states (V4AttentionTile::partial layout,
+  // consecutive, stride head_dim + 2) in order, adds the sink and writes
+  // the normalised output: what a whole-range tile computes for that head.
+  // `out` doubles as the accumulator.
+  void (*v4_finish)(const float* states, int count, int head_dim, float sink,
+                    float* out) = nullptr;
 };
 // Indexer heads are padded to a multiple of this (every ISA's lane count
 // divides it).

@@ -588,6 +588,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
 #include "ops/cpu/mla_impl.h"
 #include "ops/cpu/mla_sparse_impl.h"
 #include "ops/cpu/indexer_impl.h"
+#include "ops/cpu/v4_attention_impl.h"
 
 }  // namespace
 
@@ -609,6 +610,8 @@ const cpu::KernelTable& kernel_table() {
     t.indexer_widen_keys = indexer_widen_keys;
     t.mla_attention_fp8 = mla_attention<uint8_t>;
     t.mla_sparse_attention_fp8 = mla_sparse_attention<uint8_t>;
+    t.v4_attention = v4_attention;
+    t.v4_finish = v4_finish;
     return t;
   }();
   return table;

@@ -77,6 +77,23 @@ PAGODA_TARGET inline Vec vload_e2m1(const uint8_t* p, E2m1Table t) {
 }
 
 PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a); }
+
+// Values bf16 holds exactly (e.g. e4m3 times a power of two) -> their bf16
+// bits, the high halves of the f32s: no rounding. packus keeps the
+// 16-bit halves (all <= 0xffff) per 128-bit lane; the permute orders them.
+PAGODA_TARGET inline __m128i bf16_halves(Vec a) {
+  const __m256i h = _mm256_srli_epi32(_mm256_castps_si256(a), 16);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+  return _mm256_castsi256_si128(packed);
+}
+PAGODA_TARGET inline void vstore_bf16_exact(uint16_t* p, Vec a) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bf16_halves(a));
+}
+PAGODA_TARGET inline void vstore_bf16_exact_tail(uint16_t* p, Vec a, int n) {
+  alignas(16) uint16_t buf[kLanes];
+  _mm_store_si128(reinterpret_cast<__m128i*>(buf), bf16_halves(a));
+  std::memcpy(p, buf, n * sizeof(uint16_t));
+}
 PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
   alignas(32) float buf[kLanes];
   _mm256_store_ps(buf, a);

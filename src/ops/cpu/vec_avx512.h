@@ -82,6 +82,19 @@ PAGODA_TARGET inline Vec vload_e2m1(const uint8_t* p, E2m1Table t) {
 }
 
 PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a); }
+
+// Values bf16 holds exactly (e.g. e4m3 times a power of two) -> their bf16
+// bits, the high halves of the f32s: no rounding, so no rounding error.
+PAGODA_TARGET inline __m512i bf16_halves(Vec a) {
+  return _mm512_maskz_srli_epi32(0xffff, _mm512_castps_si512(a), 16);
+}
+PAGODA_TARGET inline void vstore_bf16_exact(uint16_t* p, Vec a) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_maskz_cvtepi32_epi16(0xffff, bf16_halves(a)));
+}
+PAGODA_TARGET inline void vstore_bf16_exact_tail(uint16_t* p, Vec a, int n) {
+  _mm512_mask_cvtepi32_storeu_epi16(p, tail_mask(n), bf16_halves(a));
+}
 PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
   _mm512_mask_storeu_ps(p, tail_mask(n), a);
 }

@@ -83,6 +83,18 @@ inline Vec vload_e4m3_tail(const uint8_t* p, int n) {
 }
 
 inline void vstore(float* p, Vec a) { std::memcpy(p, &a, sizeof(a)); }
+
+// Values bf16 holds exactly (e.g. e4m3 times a power of two) -> their bf16
+// bits, the high halves of the f32s: no rounding.
+inline void vstore_bf16_exact_tail(uint16_t* p, Vec a, int n) {
+  for (int i = 0; i < n; ++i) {
+    uint32_t bits;
+    const float f = a[i];
+    std::memcpy(&bits, &f, sizeof(bits));
+    p[i] = static_cast<uint16_t>(bits >> 16);
+  }
+}
+inline void vstore_bf16_exact(uint16_t* p, Vec a) { vstore_bf16_exact_tail(p, a, kLanes); }
 inline void vstore_tail(float* p, Vec a, int n) { std::memcpy(p, &a, n * sizeof(float)); }
 
 // a * b + c; baseline x86-64 has no FMA instruction, so two roundings.
