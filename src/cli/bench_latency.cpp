@@ -176,6 +176,21 @@ int run_latency(LatencyArgs& a) {
         "length {} (--max-model-len, default the model's max_position_embeddings)",
         a.context_len, a.output_len, engine.max_model_len());
   }
+  // kv-plan's figure: the specs from the config alone, planned at the
+  // engine's block size (what `pagoda kv-plan --context N` prints). An
+  // architecture kv-plan cannot size yet is reported as such, not fatal:
+  // the timing does not depend on it.
+  int64_t plan_bytes = -1;
+  std::string plan_error;
+  if (with_context) {
+    try {
+      plan_bytes = plan_kv_cache(kv_cache_specs_of_config(a.model, engine.kv_cache_dtype()),
+                                 engine.options().block_size)
+                       .bytes_per_sequence(a.context_len);
+    } catch (const InputError& e) {
+      plan_error = e.what();
+    }
+  }
   // The whole batch must be resident at once: otherwise later requests
   // start as earlier ones finish, and "decode" would time a smaller batch
   // while counting every request's tokens.
@@ -294,16 +309,11 @@ int run_latency(LatencyArgs& a) {
     j["prefill_fraction_of_fp32_peak"] =
         prefill_roof_fp32 > 0 ? med_prefill / prefill_roof_fp32 : 0;
   }
-  int64_t plan_bytes = 0;
   if (with_context) {
-    // kv-plan's figure: the specs from the config alone, planned at the
-    // engine's block size (what `pagoda kv-plan --context N` prints).
-    plan_bytes = plan_kv_cache(kv_cache_specs_of_config(a.model, engine.kv_cache_dtype()),
-                               engine.options().block_size)
-                     .bytes_per_sequence(a.context_len);
     j["context_len"] = a.context_len;
     j["kv_bytes_per_sequence"] = kv_bytes_held / a.batch;
-    j["kv_plan_bytes_per_sequence"] = plan_bytes;
+    j["kv_plan_bytes_per_sequence"] = plan_bytes >= 0 ? nlohmann::json(plan_bytes) : nlohmann::json();
+    if (plan_bytes < 0) j["kv_plan_error"] = plan_error;
     j["kv_read_bytes_per_token"] = kv_read_bytes(engine, mean_context);
     j["first_step_ms"] = median(first_step_ms);
     j["prefix_caching"] = false;
@@ -326,11 +336,14 @@ int run_latency(LatencyArgs& a) {
                 static_cast<long long>(a.context_len), a.output_len, num_threads(), a.repeats);
     std::printf("first step: %.2f ms (one token per request at the context)\n",
                 median(first_step_ms));
+    const std::string plan =
+        plan_bytes >= 0 ? fmt::format("{:.2f} MiB", plan_bytes / 1048576.0)
+                        : "unavailable (" + plan_error + ")";
     std::printf(
-        "KV per sequence at %lld: %.2f MiB held in the pools, kv-plan %.2f MiB; a decode token "
-        "reads %.2f MiB\n",
-        static_cast<long long>(a.context_len), kv_bytes_held / a.batch / 1048576.0,
-        plan_bytes / 1048576.0, kv_read_bytes(engine, mean_context) / 1048576.0);
+        "KV per sequence at %lld: %.2f MiB held in the pools, kv-plan %s; a decode token reads "
+        "%.2f MiB\n",
+        static_cast<long long>(a.context_len), kv_bytes_held / a.batch / 1048576.0, plan.c_str(),
+        kv_read_bytes(engine, mean_context) / 1048576.0);
   } else {
     std::printf("batch %d x (%d in, %d out), %d thread(s), median of %d\n", a.batch, a.input_len,
                 a.output_len, num_threads(), a.repeats);

@@ -22,7 +22,8 @@ expect_exit() {
   grep -q -- "$pattern" "$tmp/out" "$tmp/err" || fail "'$*' output lacks '$pattern'"
 }
 
-lat=("$pagoda" bench latency --model "$model" --output-len 4 --repeats 2 --warmup 0 --threads 1)
+bench=("$pagoda" bench latency --output-len 4 --repeats 2 --warmup 0 --threads 1)
+lat=("${bench[@]}" --model "$model")
 for n in 100 400; do
   "${lat[@]}" --context-len $n --no-roofline --json >"$tmp/ctx$n.json" 2>"$tmp/err" \
     || fail "bench latency --context-len $n failed: $(head -c 300 "$tmp/err")"
@@ -65,6 +66,26 @@ assert math.isclose(roof["decode_fraction_of_roofline"], bw / roof["decode_ms_pe
 assert math.isclose(bw, roof["decode_bytes_per_step"] / (roof["roofline"]["read_gb_per_s"] * 1e9) * 1e3,
                     rel_tol=1e-9), roof
 PY
+
+# Any architecture, with no model-specific code: a tiny DeepSeek V4
+# (sliding window, compressed caches, compressor state: 7 cache groups).
+# Its pools' bytes equal kv-plan's once kv-plan sizes V4; until then the
+# bench says why it has no figure.
+if /usr/bin/python3 "$src/tools/make_deepseek_v4_checkpoint.py" --out "$tmp/v4" --dtype f32 >/dev/null; then
+  "${bench[@]}" --model "$tmp/v4" --context-len 400 --no-roofline --kv-cache-memory 200000000 --json \
+    >"$tmp/v4.json" 2>"$tmp/err" || fail "bench latency --context-len on V4 failed: $(head -c 300 "$tmp/err")"
+  /usr/bin/python3 - "$tmp/v4.json" <<'PY' || fail "bench latency --context-len V4 fields"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["context_len"] == 400 and j["decode_ms_per_step"] > 0 and j["kv_bytes_per_sequence"] > 0, j
+if j["kv_plan_bytes_per_sequence"] is None:
+    assert j["kv_plan_error"], j
+else:
+    assert j["kv_bytes_per_sequence"] == j["kv_plan_bytes_per_sequence"], j
+PY
+else
+  fail "could not write the tiny V4 checkpoint"
+fi
 
 # Garbage input: exit 2 with a clear message.
 expect_exit 2 "maximum model length 512" -- "${lat[@]}" --context-len 600 --no-roofline
