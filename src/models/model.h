@@ -85,8 +85,8 @@ class CausalLM {
   // linear layer and the LM head once; embedding rows are negligible), as
   // held in memory (after any load-time conversion). For benchmarks.
   virtual int64_t weight_bytes_per_step() const { return 0; }
-  // Bytes of KV cache one decode token at `context` positions reads (its
-  // own entry aside), for benchmarks' rooflines. By default every entry a
+  // Bytes of KV cache one decode token reads when `context` positions are
+  // cached, for benchmarks' rooflines. By default every entry a
   // cache still holds for that query: all positions (sliding window: the
   // window), one entry per compress_ratio positions. A model whose
   // attention reads fewer (DeepSeek V3.2: only its index_topk latents)
