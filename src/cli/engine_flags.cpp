@@ -42,6 +42,14 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
          "bf16 rope values, 656 bytes a token and layer; e4m3 indexer keys with a f32 scale)")
       ->check(CLI::IsMember({"auto", "bf16", "f32", "fp8"}))
       ->default_str("auto");
+  cmd.add_option_function<std::string>(
+         "--indexer-cache-dtype",
+         [&o](const std::string& name) { o.indexer_cache_dtype = parse_indexer_cache_dtype(name); },
+         "DeepSeek V4's indexer-key cache: auto (as the KV cache; e4m3 keys with a f32 scale, "
+         "132 bytes, when it is fp8), fp8, or fp4 (MXFP4: e2m1 with a UE8M0 scale per 32 "
+         "values, 68 bytes a key)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp4"}))
+      ->default_str("auto");
   cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

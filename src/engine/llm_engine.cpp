@@ -108,8 +108,17 @@ int32_t block_size_of(const CausalLM& model, const EngineOptions& options) {
   return options.block_size > 0 ? options.block_size : model.default_block_size();
 }
 
-KVCachePlan kv_cache_plan(const CausalLM& model, const EngineOptions& options) {
+KVCachePlan kv_cache_plan(CausalLM& model, const EngineOptions& options) {
   const DType dtype = kv_dtype_of(model, options);
+  if (options.indexer_cache_dtype != IndexerCacheDType::Auto) {
+    if (!model.has_indexer_cache()) {
+      throw_input_error("--indexer-cache-dtype is for DeepSeek V4's indexer keys; {} has none",
+                        model.config().architecture);
+    }
+  }
+  if (model.has_indexer_cache()) {
+    model.set_indexer_cache_dtype(resolve_indexer_cache_dtype(options.indexer_cache_dtype, dtype));
+  }
   if (!model.supports_kv_cache_dtype(dtype)) {
     throw_input_error(
         "--kv-cache-dtype {} is not supported for {} (fp8 is for DeepSeek's MLA caches with "

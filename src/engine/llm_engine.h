@@ -22,6 +22,7 @@ struct EngineOptions {
   int64_t kv_cache_memory = 0;  // bytes for the KV pool; 0 = sized automatically
   // Element type of the KV cache (auto: bf16 for bf16 checkpoints, else f32).
   KVCacheDType kv_cache_dtype = KVCacheDType::Auto;
+  IndexerCacheDType indexer_cache_dtype = IndexerCacheDType::Auto;  // DeepSeek V4 only
   // Tokens per KV block; 0: the model's default (CausalLM::default_block_size:
   // 16, or 64 for DeepSeek V3.2's sparse caches). options() reports the
   // resolved value.
@@ -118,6 +119,9 @@ class LLMEngine {
   size_t kv_cache_bytes() const { return runner_->kv_storage_bytes(); }
   // The KV cache's resolved element type (F32 or BF16).
   DType kv_cache_dtype() const { return runner_->kv_storage_dtype(); }
+  // The indexer keys' own format where the model has one ("fp8", "fp4"),
+  // else "".
+  std::string indexer_cache_label() const { return model_->indexer_cache_label(kv_cache_dtype()); }
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
 

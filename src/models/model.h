@@ -94,6 +94,15 @@ class CausalLM {
   virtual bool supports_kv_cache_dtype(DType d) const {
     return d == DType::F32 || d == DType::BF16;
   }
+  // Models with a separately formatted indexer-key cache (DeepSeek V4):
+  // whether they take --indexer-cache-dtype, and setting it (before
+  // kv_cache_specs; the element type of its keys: F32, BF16, F8E4M3 or
+  // F4E2M1). The default refuses.
+  virtual bool has_indexer_cache() const { return false; }
+  virtual void set_indexer_cache_dtype(DType /*d*/) {}
+  // The indexer keys' format when it is not implied by the KV cache dtype
+  // ("fp8", "fp4"; "" otherwise), for logs and the reference comparisons.
+  virtual std::string indexer_cache_label(DType /*kv_dtype*/) const { return ""; }
   // Tokens per KV block when the user does not choose (--block-size).
   virtual int32_t default_block_size() const { return 16; }
   // Anything about the load a user should see in the start-up line (e.g.

@@ -50,12 +50,12 @@ check() {  # check NAME CKPT RTOL PROMPT [pagoda args...]
 make_ckpt r16 --dtype f32 --seed 1
 # Prompt lengths 1..5, r - 1 .. r + 1 (= W - 1 .. W + 1), and around the
 # 256-position block; decode then crosses more boundaries.
-for n in ; do
+for n in 1 2 3 4 5 15 16 17 255 256 257; do
   check r16-len$n r16 1e-4 "$(ids $n $n)"
 done
 long=$(ids 300 7)
 # Prefill chunks of 1, r - 1, r, r + 1, 64 and 255 tokens.
-for chunk in ; do
+for chunk in 1 15 16 17 64 255; do
   check r16-chunk$chunk r16 1e-4 "$long" --max-num-batched-tokens $chunk
 done
 check r16-block64 r16 1e-4 "$long" --block-size 64
@@ -65,11 +65,16 @@ check r16-block64 r16 1e-4 "$long" --block-size 64
 # logits by 1e-2 or more, so this check keeps to 60 tokens (where the
 # error measured 2e-4).
 check r16-bf16kv r16 1e-3 "$(ids 60 5)" --kv-cache-dtype bf16
+# --kv-cache-dtype fp8: window and compressed entries as FlashMLA's V4 fp8
+# entry (e4m3 nope values with a UE8M0 scale per 64, bf16 rope values) and
+# e4m3 indexer keys with an f32 scale, against the reference's simulation
+# of the same formats; 5e-3 for e4m3 rounding midpoints (as for V3).
+check r16-fp8kv r16 5e-3 "$(ids 60 6)" --kv-cache-dtype fp8
 # The real ratio 128 ([0, 4, 128, 4, 128, 0]) past 600 tokens: five
 # compressed entries per c128a layer, 150+ per c4a layer.
 make_ckpt r128 --dtype f32 --real-ratio --seed 2
 check r128-610 r128 1e-4 "$(ids 610 11)" --max-num-batched-tokens 100
-for n in ; do
+for n in 127 128 129; do
   check r128-len$n r128 1e-4 "$(ids $n $n)"
 done
 # Top-k saturation: index_topk >= every query's entry count makes the c4a
