@@ -119,7 +119,10 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
 
 // The KV caches the model in DIR declares (whole model, one rank), from
 // its config alone: what `pagoda kv-plan` sizes. InputError as load_model.
-std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype);
+// indexer_fp4: DeepSeek V4's indexer keys in MXFP4 (--indexer-cache-dtype
+// fp4); InputError for any other architecture.
+std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype,
+                                                   bool indexer_fp4 = false);
 
 // Resident bytes of this process's mappings of *.safetensors files (from
 // /proc/self/smaps): the checkpoint pages this rank actually touched.
