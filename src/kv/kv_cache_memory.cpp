@@ -24,8 +24,8 @@ KVCacheMemory::KVCacheMemory(const KVCachePlan& plan, const std::vector<int64_t>
     for (size_t i = 0; i < group.tensors.size(); ++i) {
       const KVTensorRef& t = group.tensors[i];
       view_.layers[t.layer][t.cache] = {storage_[group.pool]->slot(static_cast<int64_t>(i)),
-                                        static_cast<int32_t>(g), group.block_size,
-                                        plan.pools[group.pool].page_bytes};
+                                        static_cast<int32_t>(g), plan.pools[group.pool].page_bytes,
+                                        group.block_size};
     }
   }
 }

@@ -21,12 +21,13 @@ struct KVCacheView {
   struct Cache {
     void* data = nullptr;
     int32_t group = 0;
-    // Token positions one page covers (the group's block size: a page
-    // holds block_size / compress_ratio entries) and the distance between
-    // pages: the pool's page, which may be larger than the spec's own page
-    // (a page-size bucket, kv_cache_plan.h); the entries sit at its front.
-    int32_t block_size = 16;
+    // The distance from one page to the next: the pool's page, which may be
+    // larger than the spec's own page (a page-size bucket, kv_cache_plan.h;
+    // the entries sit at its front); and the token positions one page
+    // covers (the group's block size: a page holds block_size /
+    // compress_ratio entries).
     int64_t page_bytes = 0;
+    int32_t block_size = 0;
   };
   int32_t block_size = 16;   // the engine's block size (prefix-cache granularity)
   DType dtype = DType::F32;  // element type the caches were declared for

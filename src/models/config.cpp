@@ -198,7 +198,12 @@ ModelConfig load_model_config(const std::string& dir) {
   c.architecture = architecture_of(f);
   f.string("model_type", c.model_type);
   c.hidden_size = f.required_positive_int("hidden_size");
-  c.intermediate_size = f.required_positive_int("intermediate_size");
+  // DeepSeek V4 has no dense MLP (every layer is MoE), so no intermediate_size.
+  if (c.architecture == "DeepseekV4ForCausalLM") {
+    f.positive_int("intermediate_size", c.intermediate_size);
+  } else {
+    c.intermediate_size = f.required_positive_int("intermediate_size");
+  }
   c.num_hidden_layers = f.required_positive_int("num_hidden_layers");
   c.num_attention_heads = f.required_positive_int("num_attention_heads");
   c.vocab_size = f.required_positive_int("vocab_size");

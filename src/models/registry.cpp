@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "models/deepseek_v3.h"
+#include "models/deepseek_v4.h"
 #include "models/deepseek_v4_config.h"
 #include "models/llama.h"
 #include "models/model.h"
@@ -28,6 +29,10 @@ const std::map<std::string, Factory>& registry() {
       {"DeepseekV32ForCausalLM",
        [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
          return make_deepseek_v3(c, std::move(ckpt), comm, q);
+       }},
+      {"DeepseekV4ForCausalLM",
+       [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
+         return make_deepseek_v4(c, std::move(ckpt), comm, q);
        }},
       {"LlamaForCausalLM",
        [](const ModelConfig& c, auto ckpt, auto& comm, const WeightOptions& q) {
@@ -71,8 +76,8 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
 std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype,
                                                    bool indexer_fp4) {
   const ModelConfig config = load_model_config(dir);
-  // V4's caches are known from its config alone; the model itself is not
-  // in the registry yet (kv-plan sizes it all the same).
+  // V4's caches depend on fields only its own config reader knows (the
+  // per-layer compress_ratios, the indexer key format).
   if (config.architecture == "DeepseekV4ForCausalLM") {
     return deepseek_v4_kv_cache_specs(config, load_deepseek_v4_config(dir, config), kv_dtype,
                                       indexer_fp4);

@@ -328,7 +328,11 @@ struct IndexerLayout {
   int block_size = 64;
   int head_dim = 128;
   DType dtype = DType::F32;  // F32, BF16 or F8E4M3
+  // Bytes from one page to the next when the pool's pages are larger than
+  // page_bytes() (aligned or padded into a bigger bucket); 0: page_bytes().
+  int64_t page_stride = 0;
 
+  int64_t page_step() const { return page_stride > 0 ? page_stride : page_bytes(); }
   int64_t page_bytes() const {
     const int64_t per_token =
         dtype == DType::F8E4M3 ? head_dim + 4 : int64_t{head_dim} * int64_t(dtype_size(dtype));

@@ -74,7 +74,7 @@ namespace {
 
 // Element d of the key at a slot of an indexer cache, as f32.
 float indexer_at(const void* cache, const IndexerLayout& layout, int64_t slot, int d) {
-  const char* page = static_cast<const char*>(cache) + slot / layout.block_size * layout.page_bytes();
+  const char* page = static_cast<const char*>(cache) + slot / layout.block_size * layout.page_step();
   const int offset = static_cast<int>(slot % layout.block_size);
   const int64_t i = int64_t{offset} * layout.head_dim + d;
   switch (layout.dtype) {
@@ -100,7 +100,7 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
     const float* x = k + t * k_stride;
-    char* page = static_cast<char*>(cache) + slot / layout.block_size * layout.page_bytes();
+    char* page = static_cast<char*>(cache) + slot / layout.block_size * layout.page_step();
     const int offset = static_cast<int>(slot % layout.block_size);
     const int64_t i0 = int64_t{offset} * dim;
     if (layout.dtype == DType::F8E4M3) {

@@ -26,7 +26,7 @@ void write_indexer_k(const float* k, const int64_t* slot_mapping, int64_t num_to
       const float* x = k + t * k_stride;
       const int64_t block = slot / bs;
       const int offset = static_cast<int>(slot % bs);
-      char* page = static_cast<char*>(cache) + block * layout.page_bytes();
+      char* page = static_cast<char*>(cache) + block * layout.page_step();
       if (layout.dtype == DType::F8E4M3) {
         float amax = 0.0f;
         for (int d = 0; d < dim; ++d) amax = std::fmax(amax, std::fabs(x[d]));

@@ -114,7 +114,7 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
   Candidate* part_cands = part_list.data();
   int32_t* part_counts = part_count_list.data();
   const cpu::KernelTable& kt = cpu::active_kernels();
-  const int64_t page_bytes = layout.page_bytes();
+  const int64_t page_bytes = layout.page_step();
 
   // Writes token t's sorted candidates as slots / positions, -1 padded
   // (re-sorted by position for IndexerOrder::Position: c is scratch).

@@ -1,0 +1,795 @@
+#include "models/deepseek_v4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "models/deepseek_indexer.h"
+#include "models/deepseek_v4_compressor.h"
+#include "models/deepseek_v4_config.h"
+#include "models/linear_weights.h"
+#include "models/mhc.h"
+#include "models/rope.h"
+#include "models/vocab_parallel.h"
+#include "models/weights.h"
+#include "ops/moe.h"
+#include "ops/ops.h"
+
+namespace pagoda {
+
+namespace {
+
+// Cache order of a layer (deepseek_v4_kv_cache_specs).
+enum CacheIndex { kWindow = 0, kCompressed = 1, kState = 2, kIndexerK = 3, kIndexerState = 4 };
+
+// This rank's part under tensor parallelism: attention heads are split in
+// whole output groups (wq_b rows, sinks, wo_a groups, wo_b columns); the
+// shared K=V entry, the compressors, the indexer and every cache are
+// replicated (one entry per token, like MLA's latent; the indexer then
+// picks the same entries on every rank, as vLLM does); every routed and
+// shared expert is split along its intermediate features, as for V3.
+struct Shard {
+  int rank = 0, size = 1;
+  int64_t heads = 0, head_begin = 0;
+  int64_t groups = 0, group_begin = 0;
+  int64_t expert_inter = 0, expert_inter_begin = 0;
+  int64_t shared_inter = 0, shared_inter_begin = 0;
+
+  Shard(const ModelConfig& c, const DeepseekV4Config& v4, int rank_, int size_)
+      : rank(rank_), size(size_) {
+    auto split = [&](int64_t total, const char* what, int64_t& count, int64_t& begin) {
+      if (total % size != 0) {
+        throw parallel::ParallelConfigError(
+            fmt::format("tensor parallel size {} does not fit this model: {} {} is not "
+                        "divisible by {}",
+                        size, what, total, size));
+      }
+      count = total / size;
+      begin = rank * count;
+    };
+    split(v4.o_groups, "o_groups", groups, group_begin);
+    heads = groups * (c.num_attention_heads / v4.o_groups);
+    head_begin = group_begin * (c.num_attention_heads / v4.o_groups);
+    split(v4.moe_intermediate_size, "moe_intermediate_size", expert_inter, expert_inter_begin);
+    split(v4.n_shared_experts * v4.moe_intermediate_size,
+          "n_shared_experts x moe_intermediate_size", shared_inter, shared_inter_begin);
+  }
+};
+
+// The c4a layers' lightning indexer over compressed keys (spec §3.2.4).
+struct V4Indexer {
+  ops::Matrix wq_b, weights_proj;
+  std::unique_ptr<Compressor> compressor;
+};
+
+struct Layer {
+  int64_t ratio = 0;
+  HyperConnection hc_attn, hc_ffn;
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  // Attention (spec §3.2.2).
+  ops::Matrix wq_a, wq_b, wkv, wo_b;
+  std::vector<ops::Matrix> wo_a;  // this rank's output groups, [o_lora, (H/G) head_dim] each
+  const float* q_norm = nullptr;
+  const float* kv_norm = nullptr;
+  const float* sink = nullptr;  // this rank's heads
+  const std::vector<float>* inv_freq = nullptr;
+  std::unique_ptr<Compressor> compressor;
+  std::unique_ptr<V4Indexer> indexer;
+  // MoE (spec §3.2.6).
+  ops::Matrix router;
+  std::vector<float> router_data;
+  const float* gate_bias = nullptr;
+  std::vector<int32_t> tid2eid;  // hash layers: [vocab, top_k]
+  std::vector<ops::MoeExpert> experts;
+  ops::MoeExpert shared;
+  bool has_shared = false;
+};
+
+struct Workspace {
+  std::vector<float> X, X_next, y, a, o, post, C;
+  std::vector<float> q_a, q, kv, attn, grouped, z;
+  std::vector<int32_t> window_slots, comp_slots;
+  std::vector<float> entries;
+  std::vector<int32_t> entry_rows;
+  std::vector<int64_t> entry_slots;
+  std::vector<float> index_q, index_w;
+  std::vector<int32_t> index_slots, index_entries, one_token_starts, entry_counts, rows;
+  std::vector<float> router_logits, topk_weights, moe_out, shared_out, gate_up, act, selected;
+  std::vector<int32_t> topk_ids;
+  ops::MoeScratch moe;
+};
+
+// ---------------------------------------------------------------------------
+// Temporary: entry caches and the sink attention (to be replaced by the ops
+// of the V4 ops work, ops::write_v4_entries / ops::v4_sparse_attention).
+struct EntryCache {
+  uint8_t* data = nullptr;
+  int64_t page_bytes = 0;
+  int32_t entries_per_page = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::F32;
+
+  uint8_t* entry(int64_t slot) const {
+    return data + slot / entries_per_page * page_bytes +
+           slot % entries_per_page * head_dim * static_cast<int64_t>(dtype_size(dtype));
+  }
+  void write(const float* x, int64_t slot) const {
+    uint8_t* e = entry(slot);
+    if (dtype == DType::F32) {
+      std::memcpy(e, x, head_dim * sizeof(float));
+    } else {
+      auto* b = reinterpret_cast<uint16_t*>(e);
+      for (int64_t i = 0; i < head_dim; ++i) b[i] = f32_to_bf16(x[i]);
+    }
+  }
+  void read(int64_t slot, float* out) const {
+    const uint8_t* e = entry(slot);
+    if (dtype == DType::F32) {
+      std::memcpy(out, e, head_dim * sizeof(float));
+    } else {
+      const auto* b = reinterpret_cast<const uint16_t*>(e);
+      for (int64_t i = 0; i < head_dim; ++i) out[i] = bf16_to_f32(b[i]);
+    }
+  }
+};
+
+void sink_attention(const float* q, int64_t tokens, int heads, const EntryCache& window,
+                    const int32_t* window_slots, int window_count, const EntryCache& comp,
+                    const int32_t* comp_slots, int comp_count, const float* sink, float scale,
+                    float* out) {
+  const int64_t d = window.head_dim;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<float> keys;
+    std::vector<float> e(d);
+    for (int i = 0; i < window_count; ++i) {
+      const int32_t s = window_slots[t * window_count + i];
+      if (s < 0) continue;
+      window.read(s, e.data());
+      keys.insert(keys.end(), e.begin(), e.end());
+    }
+    for (int i = 0; i < comp_count; ++i) {
+      const int32_t s = comp_slots[t * comp_count + i];
+      if (s < 0) continue;
+      comp.read(s, e.data());
+      keys.insert(keys.end(), e.begin(), e.end());
+    }
+    const int64_t n = static_cast<int64_t>(keys.size()) / d;
+    std::vector<double> sc(n);
+    for (int h = 0; h < heads; ++h) {
+      const float* qh = q + (t * heads + h) * d;
+      double m = sink[h];
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t i = 0; i < d; ++i) s += double{qh[i]} * keys[j * d + i];
+        sc[j] = s * scale;
+        m = std::max(m, sc[j]);
+      }
+      double den = std::exp(sink[h] - m);
+      std::vector<double> acc(d, 0.0);
+      for (int64_t j = 0; j < n; ++j) {
+        const double p = std::exp(sc[j] - m);
+        den += p;
+        for (int64_t i = 0; i < d; ++i) acc[i] += p * keys[j * d + i];
+      }
+      float* o = out + (t * heads + h) * d;
+      for (int64_t i = 0; i < d; ++i) o[i] = static_cast<float>(acc[i] / den);
+    }
+  }
+}
+// ---------------------------------------------------------------------------
+
+class DeepseekV4Model final : public CausalLM {
+ public:
+  DeepseekV4Model(const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint,
+                  parallel::Communicator& comm, const WeightOptions& options)
+      : config_(config),
+        v4_(load_deepseek_v4_config(checkpoint->dir(), config)),
+        comm_(comm),
+        shard_(config_, v4_, comm.rank(), comm.size()),
+        checkpoint_(std::move(checkpoint)),
+        weights_(*checkpoint_),
+        options_(options),
+        vocab_(weights_, comm, config.vocab_size, config.hidden_size, "embed.weight",
+               "head.weight") {
+    weight_dtype_ = checkpoint_->get("embed.weight").dtype;
+    init_rope();
+    load();
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  DType weight_dtype() const override { return weight_dtype_; }
+  size_t owned_weight_bytes() const override { return weights_.owned_bytes(); }
+  bool repacked_weights() const override { return vocab_.head().packed; }
+
+  std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
+    return deepseek_v4_kv_cache_specs(config_, v4_, kv_dtype);
+  }
+  // Compressed caches hold 256 / r entries per 256-position block (the
+  // seed's, vLLM's mandatory --block-size 256).
+  int32_t default_block_size() const override { return 256; }
+
+  int64_t weight_bytes_per_step() const override {
+    auto bytes = [](const ops::Matrix& m) { return m.data ? matrix_bytes(m) : int64_t{0}; };
+    auto expert_bytes = [&](const ops::MoeExpert& e) {
+      return bytes(e.gate) + bytes(e.up) + bytes(e.down);
+    };
+    int64_t total = bytes(vocab_.head());
+    for (const Layer& w : layers_) {
+      for (const ops::Matrix* m : {&w.wq_a, &w.wq_b, &w.wkv, &w.wo_b, &w.router}) {
+        total += bytes(*m);
+      }
+      for (const ops::Matrix& m : w.wo_a) total += bytes(m);
+      total += v4_.num_experts_per_tok * expert_bytes(w.experts.front());
+      if (w.has_shared) total += expert_bytes(w.shared);
+    }
+    return total;
+  }
+
+  std::string load_notes() const override {
+    if (mtp_bytes_ == 0) return "";
+    return fmt::format("MTP layer loaded ({:.1f} MiB), not run", mtp_bytes_ / 1048576.0);
+  }
+
+  void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
+
+ private:
+  void init_rope();
+  void load();
+  void load_attention(const std::string& p, Layer& w);
+  void load_moe(const std::string& p, Layer& w);
+  int64_t check_mtp();
+  void reserve(int64_t tokens);
+  void attention(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
+                 int64_t tokens);
+  void select_entries(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
+                      size_t layer, int64_t tokens, int comp_count);
+  void moe(const Layer& w, const BatchMetadata& batch, int64_t tokens);
+  EntryCache entry_cache(const KVCacheView& kv, size_t layer, int cache, int32_t positions) const;
+
+  ModelConfig config_;
+  DeepseekV4Config v4_;
+  parallel::Communicator& comm_;
+  Shard shard_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  WeightStore weights_;
+  WeightOptions options_;
+  VocabParallelEmbedding vocab_;
+  DType weight_dtype_ = DType::F32;
+  HyperConnectionParams hc_;
+  HyperConnection hc_head_;
+  const float* final_norm_ = nullptr;
+  std::vector<Layer> layers_;
+  // SWA layers: rope_theta, no YaRN; compressed layers: compress_rope_theta
+  // with YaRN (spec §0.3, §1.2), for q, kv, the compressors and the indexer.
+  std::vector<float> inv_freq_window_, inv_freq_compressed_;
+  std::vector<float> ones_;  // the weightless per-head RMSNorm of q
+  int64_t mtp_bytes_ = 0;
+  Workspace ws_;
+  int64_t capacity_ = 0;
+};
+
+void DeepseekV4Model::init_rope() {
+  const auto rope = static_cast<int>(v4_.qk_rope_head_dim);
+  inv_freq_window_ = rope_inv_freq(RopeScaling{}, config_.rope_theta, rope);
+  // No YaRN magnitude scale on cos/sin or on the softmax (spec §0.3).
+  inv_freq_compressed_ = rope_inv_freq(config_.rope_scaling, v4_.compress_rope_theta, rope);
+  ones_.assign(static_cast<size_t>(config_.head_dim), 1.0f);
+}
+
+void DeepseekV4Model::load() {
+  const int64_t h = config_.hidden_size;
+  hc_ = {v4_.hc_mult, h, v4_.hc_sinkhorn_iters, v4_.hc_eps, config_.rms_norm_eps};
+  final_norm_ = weights_.vector("norm.weight", h);
+  hc_head_ = HyperConnection(weights_, "hc_head", hc_, /*head=*/true);
+  layers_.resize(config_.num_hidden_layers);
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Layer& w = layers_[l];
+    w.ratio = v4_.compress_ratio(l);
+    w.hc_attn = HyperConnection(weights_, p + "hc_attn", hc_);
+    w.hc_ffn = HyperConnection(weights_, p + "hc_ffn", hc_);
+    w.attn_norm = weights_.vector(p + "attn_norm.weight", h);
+    w.ffn_norm = weights_.vector(p + "ffn_norm.weight", h);
+    load_attention(p + "attn.", w);
+    load_moe(p + "ffn.", w);
+  }
+  mtp_bytes_ = check_mtp();
+  vocab_.prepare(options_);
+}
+
+void DeepseekV4Model::load_attention(const std::string& p, Layer& w) {
+  const int64_t h = config_.hidden_size, heads = config_.num_attention_heads;
+  const int64_t d = config_.head_dim, ql = v4_.q_lora_rank, ol = v4_.o_lora_rank;
+  const int64_t per_group = heads / v4_.o_groups;
+  auto prep = [&](const ops::Matrix& m) { return prepare_linear(weights_, m, options_); };
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  w.inv_freq = w.ratio > 0 ? &inv_freq_compressed_ : &inv_freq_window_;
+  w.wq_a = prep(weights_.matrix(p + "wq_a.weight", ql, h));
+  w.q_norm = weights_.vector(p + "q_norm.weight", ql);
+  w.wq_b = prep(weights_.row_slice(p + "wq_b.weight", heads * d, ql, shard_.head_begin * d,
+                                   shard_.heads * d));
+  w.wkv = prep(weights_.matrix(p + "wkv.weight", d, h));
+  w.kv_norm = weights_.vector(p + "kv_norm.weight", d);
+  w.sink = weights_.vector_slice(p + "attn_sink", heads, shard_.head_begin, shard_.heads);
+  for (int64_t g = shard_.group_begin; g < shard_.group_begin + shard_.groups; ++g) {
+    w.wo_a.push_back(prep(weights_.row_slice(p + "wo_a.weight", v4_.o_groups * ol,
+                                             per_group * d, g * ol, ol)));
+  }
+  w.wo_b = prep(weights_.col_slice(p + "wo_b.weight", h, v4_.o_groups * ol,
+                                   shard_.group_begin * ol, shard_.groups * ol));
+  if (w.ratio > 0) {
+    w.compressor = std::make_unique<Compressor>(weights_, p + "compressor.", h, w.ratio, d,
+                                                v4_.qk_rope_head_dim, w.inv_freq, eps,
+                                                /*rotate=*/false, options_);
+  }
+  if (DeepseekV4Config::overlaps(w.ratio)) {
+    auto idx = std::make_unique<V4Indexer>();
+    const std::string ip = p + "indexer.";
+    idx->wq_b = prep(weights_.matrix(ip + "wq_b.weight", v4_.index_n_heads * v4_.index_head_dim,
+                                     ql));
+    idx->weights_proj =
+        prep(weights_.matrix(ip + "weights_proj.weight", v4_.index_n_heads, h));
+    idx->compressor = std::make_unique<Compressor>(weights_, ip + "compressor.", h, 4,
+                                                   v4_.index_head_dim, v4_.qk_rope_head_dim,
+                                                   w.inv_freq, eps, /*rotate=*/true, options_);
+    w.indexer = std::move(idx);
+  }
+}
+
+void DeepseekV4Model::load_moe(const std::string& p, Layer& w) {
+  const int64_t h = config_.hidden_size, e_count = v4_.n_routed_experts;
+  const int64_t inter = v4_.moe_intermediate_size;
+  auto prep = [&](const ops::Matrix& m) { return prepare_linear(weights_, m, options_); };
+  // The router decides in f32 (the official code casts both operands).
+  w.router = f32_copy(weights_.matrix(p + "gate.weight", e_count, h), w.router_data);
+  const std::string tid = p + "gate.tid2eid";
+  if (checkpoint_->has(tid)) {
+    const TensorInfo& t = checkpoint_->get(tid);
+    const int64_t k = v4_.num_experts_per_tok;
+    if (t.shape != std::vector<int64_t>{config_.vocab_size, k} ||
+        (t.dtype != DType::I64 && t.dtype != DType::I32)) {
+      throw_input_error("{}: expected I64 or I32 [{}, {}] (token -> expert table), got {} {}",
+                        tid, config_.vocab_size, k, dtype_name(t.dtype),
+                        fmt::join(t.shape, "x"));
+    }
+    w.tid2eid.resize(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const int64_t v = t.dtype == DType::I64 ? static_cast<const int64_t*>(t.data)[i]
+                                              : static_cast<const int32_t*>(t.data)[i];
+      if (v < 0 || v >= e_count) {
+        throw_input_error("{}: entry {} names expert {} (the model has {})", tid, i, v, e_count);
+      }
+      w.tid2eid[i] = static_cast<int32_t>(v);
+    }
+  } else {
+    w.gate_bias = weights_.vector(p + "gate.bias", e_count);
+  }
+  w.experts.resize(e_count);
+  for (int64_t e = 0; e < e_count; ++e) {
+    const std::string ep = p + "experts." + std::to_string(e) + ".";
+    w.experts[e].gate = prep(weights_.row_slice(ep + "w1.weight", inter, h,
+                                                shard_.expert_inter_begin, shard_.expert_inter));
+    w.experts[e].up = prep(weights_.row_slice(ep + "w3.weight", inter, h,
+                                              shard_.expert_inter_begin, shard_.expert_inter));
+    w.experts[e].down = prep(weights_.col_slice(ep + "w2.weight", h, inter,
+                                                shard_.expert_inter_begin, shard_.expert_inter));
+  }
+  if (v4_.n_shared_experts > 0) {
+    const int64_t si = v4_.n_shared_experts * inter;
+    const std::string sp = p + "shared_experts.";
+    w.shared.gate = prep(weights_.row_slice(sp + "w1.weight", si, h, shard_.shared_inter_begin,
+                                            shard_.shared_inter));
+    w.shared.up = prep(weights_.row_slice(sp + "w3.weight", si, h, shard_.shared_inter_begin,
+                                          shard_.shared_inter));
+    w.shared.down = prep(weights_.col_slice(sp + "w2.weight", h, si, shard_.shared_inter_begin,
+                                            shard_.shared_inter));
+    w.has_shared = true;
+  }
+}
+
+// The MTP block is loaded (checked present, counted), not run: its tensors
+// stay in the mapping.
+int64_t DeepseekV4Model::check_mtp() {
+  int64_t bytes = 0;
+  for (int64_t m = 0; m < v4_.num_nextn_predict_layers; ++m) {
+    const std::string p = "mtp." + std::to_string(m) + ".";
+    for (const char* leaf : {"e_proj.weight", "h_proj.weight", "enorm.weight", "hnorm.weight",
+                             "norm.weight", "attn.wq_a.weight", "attn.wkv.weight",
+                             "ffn.gate.weight", "hc_head_fn"}) {
+      checkpoint_->get(p + leaf);  // InputError naming a missing one
+    }
+    for (const std::string& name : checkpoint_->names()) {
+      if (name.rfind(p, 0) == 0) bytes += static_cast<int64_t>(checkpoint_->get(name).nbytes);
+    }
+  }
+  return bytes;
+}
+
+void DeepseekV4Model::reserve(int64_t tokens) {
+  if (tokens <= capacity_) return;
+  capacity_ = tokens;
+  Workspace& ws = ws_;
+  const int64_t h = config_.hidden_size, hc = v4_.hc_mult, d = config_.head_dim;
+  const int64_t hn = shard_.heads;
+  ws.X.resize(tokens * hc * h);
+  ws.X_next.resize(ws.X.size());
+  ws.y.resize(tokens * h);
+  ws.a.resize(tokens * h);
+  ws.o.resize(tokens * h);
+  ws.q_a.resize(tokens * v4_.q_lora_rank);
+  ws.q.resize(tokens * hn * d);
+  ws.kv.resize(tokens * d);
+  ws.attn.resize(tokens * hn * d);
+  ws.grouped.resize(tokens * hn * d);
+  ws.z.resize(tokens * shard_.groups * v4_.o_lora_rank);
+  ws.window_slots.resize(tokens * v4_.sliding_window);
+  ws.index_q.resize(tokens * std::max<int64_t>(1, v4_.index_n_heads * v4_.index_head_dim));
+  ws.index_w.resize(tokens * std::max<int64_t>(1, v4_.index_n_heads));
+  ws.router_logits.resize(tokens * v4_.n_routed_experts);
+  ws.topk_ids.resize(tokens * v4_.num_experts_per_tok);
+  ws.topk_weights.resize(ws.topk_ids.size());
+  ws.moe_out.resize(tokens * h);
+  ws.shared_out.resize(tokens * h);
+  const int64_t inter = std::max<int64_t>(1, shard_.shared_inter);
+  ws.gate_up.resize(tokens * 2 * inter);
+  ws.act.resize(tokens * inter);
+}
+
+EntryCache DeepseekV4Model::entry_cache(const KVCacheView& kv, size_t layer, int cache,
+                                        int32_t positions) const {
+  const KVCacheView::Cache& c = kv.layers[layer][cache];
+  EntryCache e;
+  e.data = static_cast<uint8_t*>(c.data);
+  e.page_bytes = c.page_bytes;
+  e.entries_per_page = positions;
+  e.head_dim = config_.head_dim;
+  e.dtype = kv.dtype;
+  return e;
+}
+
+// The compressed entries each token attends to, as slots of the layer's
+// compressed cache in ws_.comp_slots [tokens, comp_count]: c4a, the
+// indexer's top-k of the entries visible at the token's position (spec
+// §3.2.4, §4.1); other ratios, every visible entry.
+void DeepseekV4Model::select_entries(const Layer& w, const BatchMetadata& batch,
+                                     const KVCacheView& kv, size_t layer, int64_t tokens,
+                                     int comp_count) {
+  Workspace& ws = ws_;
+  const int64_t r = w.ratio;
+  const int32_t bs = kv.block_size;
+  const auto per_page = static_cast<int32_t>(bs / r);
+  const KVGroupMetadata& comp_group = batch.kv_groups[kv.layers[layer][kCompressed].group];
+  const ops::AttentionBatch comp_ab = attention_batch(batch, comp_group);
+  ws.comp_slots.assign(static_cast<size_t>(tokens * comp_count), -1);
+  auto entry_slot = [&](const int32_t* table, int64_t i) {
+    return static_cast<int32_t>(table[i / per_page] * per_page + i % per_page);
+  };
+  if (!w.indexer) {
+    for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+      const int32_t* table = comp_ab.block_table(s);
+      for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) {
+        const int64_t n = (batch.positions[t] + 1) / r;
+        for (int64_t i = 0; i < n; ++i) ws.comp_slots[t * comp_count + i] = entry_slot(table, i);
+      }
+    }
+    return;
+  }
+  // The indexer scores each token's visible keys: every token is its own
+  // one-token "sequence" whose cached length is its count of visible
+  // entries, read through its request's row of the indexer-key tables.
+  const V4Indexer& idx = *w.indexer;
+  const int64_t hi = v4_.index_n_heads, di = v4_.index_head_dim;
+  ops::linear(ws.q_a.data(), tokens, idx.wq_b, nullptr, ws.index_q.data());
+  ops::RopeParams rp;
+  rp.num_heads = static_cast<int>(hi);
+  rp.head_dim = static_cast<int>(di);
+  rp.offset = static_cast<int>(di - v4_.qk_rope_head_dim);
+  rp.rot_dim = static_cast<int>(v4_.qk_rope_head_dim);
+  rp.layout = ops::RopeLayout::Interleaved;
+  ops::rope(ws.index_q.data(), tokens, batch.positions.data(), w.inv_freq->data(), rp);
+  hadamard_rotate(ws.index_q.data(), tokens * hi, di);
+  ops::linear(ws.a.data(), tokens, idx.weights_proj, nullptr, ws.index_w.data());
+  const auto head_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi * di)));
+  for (int64_t i = 0; i < tokens * hi; ++i) ws.index_w[i] *= head_scale;
+
+  const KVCacheView::Cache& keys = kv.layers[layer][kIndexerK];
+  const KVGroupMetadata& key_group = batch.kv_groups[keys.group];
+  // Tokens that see no entry yet (positions < 3) select nothing; the others
+  // are packed into the indexer's batch (q and w rows moved up in place).
+  ws.one_token_starts.assign(1, 0);
+  ws.entry_counts.clear();
+  ws.rows.clear();
+  std::vector<int32_t>& picked = ws.entry_rows;  // batch row of each packed token
+  picked.clear();
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t row = key_group.block_table_rows.empty() ? s : key_group.block_table_rows[s];
+    for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) {
+      const auto count = static_cast<int32_t>((batch.positions[t] + 1) / 4);
+      if (count == 0) continue;
+      const auto at = static_cast<int64_t>(picked.size());
+      if (at != t) {
+        std::memmove(ws.index_q.data() + at * hi * di, ws.index_q.data() + t * hi * di,
+                     hi * di * sizeof(float));
+        std::memmove(ws.index_w.data() + at * hi, ws.index_w.data() + t * hi, hi * sizeof(float));
+      }
+      picked.push_back(t);
+      ws.entry_counts.push_back(count);
+      ws.rows.push_back(row);
+      ws.one_token_starts.push_back(static_cast<int32_t>(picked.size()));
+    }
+  }
+  const int k = comp_count;
+  const auto packed = static_cast<int64_t>(picked.size());
+  if (packed == 0) return;
+  ops::AttentionBatch ab;
+  ab.num_seqs = static_cast<int32_t>(packed);
+  ab.query_start_loc = ws.one_token_starts.data();
+  ab.seq_lens = ws.entry_counts.data();
+  ab.block_tables = key_group.block_tables.data();
+  ab.max_blocks_per_seq = key_group.max_blocks_per_seq;
+  ab.block_table_rows = ws.rows.data();
+  ops::IndexerLayout layout;
+  layout.block_size = per_page;
+  layout.head_dim = static_cast<int>(di);
+  layout.dtype = kv.dtype;
+  layout.page_stride = keys.page_bytes;
+  ws.index_slots.resize(static_cast<size_t>(packed * k));
+  ws.index_entries.resize(static_cast<size_t>(packed * k));
+  ops::indexer_topk(ws.index_q.data(), ws.index_w.data(), keys.data, layout, ab,
+                    static_cast<int>(hi), k, ws.index_slots.data(), ws.index_entries.data(),
+                    ops::IndexerOrder::Position);
+  // Back to each token's row, as slots of the main compressed cache (its
+  // own block tables: another group).
+  std::vector<int32_t> seq_of(static_cast<size_t>(tokens));
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) seq_of[t] = s;
+  }
+  for (int64_t p = 0; p < packed; ++p) {
+    const int32_t t = picked[p];
+    const int32_t* table = comp_ab.block_table(seq_of[t]);
+    for (int j = 0; j < k; ++j) {
+      const int32_t i = ws.index_entries[p * k + j];
+      if (i >= 0) ws.comp_slots[t * k + j] = entry_slot(table, i);
+    }
+  }
+}
+
+void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
+                                const KVCacheView& kv, size_t layer, int64_t tokens) {
+  Workspace& ws = ws_;
+  const int64_t d = config_.head_dim, hn = shard_.heads, rope = v4_.qk_rope_head_dim;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const float* a = ws.a.data();
+  // q: the q LoRA (shared with the indexer), per-head RMS without weight,
+  // RoPE on each head's last rope dims; kv: one shared entry per token.
+  ops::linear(a, tokens, w.wq_a, nullptr, ws.q_a.data());
+  ops::rms_norm(ws.q_a.data(), w.q_norm, tokens, v4_.q_lora_rank, eps, ws.q_a.data());
+  ops::linear(ws.q_a.data(), tokens, w.wq_b, nullptr, ws.q.data());
+  ops::rms_norm(ws.q.data(), ones_.data(), tokens * hn, d, eps, ws.q.data());
+  ops::linear(a, tokens, w.wkv, nullptr, ws.kv.data());
+  ops::rms_norm(ws.kv.data(), w.kv_norm, tokens, d, eps, ws.kv.data());
+  ops::RopeParams rp;
+  rp.head_dim = static_cast<int>(d);
+  rp.offset = static_cast<int>(d - rope);
+  rp.rot_dim = static_cast<int>(rope);
+  rp.layout = ops::RopeLayout::Interleaved;
+  rp.num_heads = static_cast<int>(hn);
+  ops::rope(ws.q.data(), tokens, batch.positions.data(), w.inv_freq->data(), rp);
+  rp.num_heads = 1;
+  ops::rope(ws.kv.data(), tokens, batch.positions.data(), w.inv_freq->data(), rp);
+
+  // The window cache: the token's own entry first (it attends to itself).
+  const int32_t window_page = kv.layers[layer][kWindow].block_size;
+  const EntryCache window = entry_cache(kv, layer, kWindow, window_page);
+  const KVGroupMetadata& window_group = batch.kv_groups[kv.layers[layer][kWindow].group];
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (window_group.slot_mapping[t] >= 0) {
+      window.write(ws.kv.data() + t * d, window_group.slot_mapping[t]);
+    }
+  }
+  // Compressors before attention: an entry completed by a token is visible
+  // to it (spec §4.3).
+  int comp_count = 0;
+  EntryCache comp;
+  if (w.ratio > 0) {
+    const int32_t bs = kv.block_size;
+    comp = entry_cache(kv, layer, kCompressed, static_cast<int32_t>(bs / w.ratio));
+    auto run = [&](Compressor& c, int state_cache, auto&& store) {
+      const KVCacheView::Cache& sc = kv.layers[layer][state_cache];
+      PagedRows rows{static_cast<uint8_t*>(sc.data), sc.page_bytes, sc.block_size,
+                     c.state_row_bytes()};
+      const int64_t n = c.run(a, batch, batch.kv_groups[sc.group], rows, tokens, ws.entries,
+                              ws.entry_rows);
+      store(n);
+    };
+    const KVGroupMetadata& comp_group = batch.kv_groups[kv.layers[layer][kCompressed].group];
+    run(*w.compressor, kState, [&](int64_t n) {
+      for (int64_t e = 0; e < n; ++e) {
+        comp.write(ws.entries.data() + e * d, comp_group.slot_mapping[ws.entry_rows[e]]);
+      }
+    });
+    if (w.indexer) {
+      const KVCacheView::Cache& keys = kv.layers[layer][kIndexerK];
+      const KVGroupMetadata& key_group = batch.kv_groups[keys.group];
+      run(*w.indexer->compressor, kIndexerState, [&](int64_t n) {
+        ws.entry_slots.resize(static_cast<size_t>(n));
+        for (int64_t e = 0; e < n; ++e) ws.entry_slots[e] = key_group.slot_mapping[ws.entry_rows[e]];
+        ops::IndexerLayout layout;
+        layout.block_size = static_cast<int>(bs / 4);
+        layout.head_dim = static_cast<int>(v4_.index_head_dim);
+        layout.dtype = kv.dtype;
+        layout.page_stride = keys.page_bytes;
+        ops::write_indexer_k(ws.entries.data(), ws.entry_slots.data(), n, layout, keys.data);
+      });
+      comp_count = static_cast<int>(v4_.index_topk);
+    } else {
+      int32_t longest = 0;
+      for (int64_t t = 0; t < tokens; ++t) longest = std::max(longest, batch.positions[t] + 1);
+      comp_count = static_cast<int>(longest / w.ratio);
+    }
+    select_entries(w, batch, kv, layer, tokens, comp_count);
+  }
+
+  // Window slots: positions max(0, t - W + 1) .. t (spec §4.1).
+  const int64_t W = v4_.sliding_window;
+  const ops::AttentionBatch wab = attention_batch(batch, window_group);
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t* table = wab.block_table(s);
+    for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) {
+      const int64_t pos = batch.positions[t];
+      int32_t* out = ws.window_slots.data() + t * W;
+      int64_t n = 0;
+      for (int64_t j = std::max<int64_t>(0, pos - W + 1); j <= pos; ++j) {
+        out[n++] = table[j / window_page] * window_page + static_cast<int32_t>(j % window_page);
+      }
+      for (; n < W; ++n) out[n] = -1;
+    }
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  sink_attention(ws.q.data(), tokens, static_cast<int>(hn), window, ws.window_slots.data(),
+                 static_cast<int>(W), comp, ws.comp_slots.data(), comp_count, w.sink, scale,
+                 ws.attn.data());
+  // V = K carries each key's rotation: turn the output back to the query's
+  // frame (spec §3.2.2).
+  rp.num_heads = static_cast<int>(hn);
+  rp.inverse = true;
+  ops::rope(ws.attn.data(), tokens, batch.positions.data(), w.inv_freq->data(), rp);
+
+  // Grouped low-rank output: each group of heads through its own wo_a
+  // slice, then wo_b over the concatenation (spec §3.2.2).
+  const int64_t per_group = config_.num_attention_heads / v4_.o_groups;
+  const int64_t gw = per_group * d, ol = v4_.o_lora_rank, gn = shard_.groups;
+  for (int64_t g = 0; g < gn; ++g) {
+    float* in = ws.grouped.data();
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::memcpy(in + t * gw, ws.attn.data() + (t * hn + g * per_group) * d, gw * sizeof(float));
+    }
+    ops::linear(in, tokens, w.wo_a[g], nullptr, ws.z.data() + g * ol, gn * ol);
+  }
+  ops::linear(ws.z.data(), tokens, w.wo_b, nullptr, ws.o.data());
+  comm_.all_reduce_sum(ws.o.data(), tokens * config_.hidden_size);
+}
+
+void DeepseekV4Model::moe(const Layer& w, const BatchMetadata& batch, int64_t tokens) {
+  Workspace& ws = ws_;
+  const int64_t h = config_.hidden_size, e_count = v4_.n_routed_experts;
+  const int k = static_cast<int>(v4_.num_experts_per_tok);
+  const float* a = ws.a.data();
+  ops::linear(a, tokens, w.router, nullptr, ws.router_logits.data());
+  // sqrtsoftplus scores; hash layers take tid2eid[token], the others the
+  // top-k of score + bias; weights always from the unbiased scores.
+  std::vector<double> sigma(e_count), sel(e_count);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* z = ws.router_logits.data() + t * e_count;
+    for (int64_t e = 0; e < e_count; ++e) {
+      const double x = z[e];
+      sigma[e] = std::sqrt(x > 20 ? x : std::log1p(std::exp(x)));
+    }
+    int32_t* ids = ws.topk_ids.data() + t * k;
+    if (!w.tid2eid.empty()) {
+      std::copy_n(w.tid2eid.data() + int64_t{batch.token_ids[t]} * k, k, ids);
+    } else {
+      for (int64_t e = 0; e < e_count; ++e) sel[e] = sigma[e] + w.gate_bias[e];
+      std::vector<int32_t> order(e_count);
+      for (int64_t e = 0; e < e_count; ++e) order[e] = static_cast<int32_t>(e);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t x, int32_t y) { return sel[x] > sel[y]; });
+      std::copy_n(order.begin(), k, ids);
+    }
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += sigma[ids[j]];
+    for (int j = 0; j < k; ++j) {
+      ws.topk_weights[t * k + j] =
+          static_cast<float>(sigma[ids[j]] / sum * v4_.routed_scaling_factor);
+    }
+  }
+  const auto limit = static_cast<float>(v4_.swiglu_limit);
+  auto swiglu = [&](const ops::MoeExpert& e, const float* x, int64_t n, float* y, bool clamp) {
+    const int64_t inter = e.gate.rows;
+    std::vector<float> g(n * inter), u(n * inter);
+    ops::linear(x, n, e.gate, nullptr, g.data());
+    ops::linear(x, n, e.up, nullptr, u.data());
+    for (int64_t i = 0; i < n * inter; ++i) {
+      float gi = g[i], ui = u[i];
+      if (clamp && limit > 0) {
+        ui = std::clamp(ui, -limit, limit);
+        gi = std::min(gi, limit);
+      }
+      g[i] = gi / (1.0f + std::exp(-gi)) * ui;
+    }
+    ops::linear(g.data(), n, e.down, nullptr, y);
+  };
+  ops::moe_experts_forward_with(
+      a, tokens, h, ws.topk_ids.data(), ws.topk_weights.data(), k, static_cast<int>(e_count),
+      [&](int e, const float* xe, int64_t n, float* ye) {
+        swiglu(w.experts[e], xe, n, ye, /*clamp=*/true);
+      },
+      ws.moe, ws.moe_out.data());
+  if (w.has_shared) {
+    // The official code applies no clamp to the shared expert (spec §8.2).
+    swiglu(w.shared, a, tokens, ws.shared_out.data(), /*clamp=*/false);
+    for (int64_t i = 0; i < tokens * h; ++i) ws.moe_out[i] += ws.shared_out[i];
+  }
+  comm_.all_reduce_sum(ws.moe_out.data(), tokens * h);
+  std::memcpy(ws.o.data(), ws.moe_out.data(), tokens * h * sizeof(float));
+}
+
+void DeepseekV4Model::forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) {
+  const int64_t tokens = batch.num_tokens(), h = config_.hidden_size, hc = v4_.hc_mult;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  PAGODA_CHECK(kv.layers.size() == layers_.size(), "kv layers {}", kv.layers.size());
+  reserve(tokens);
+  Workspace& ws = ws_;
+  // Every stream starts as the token's embedding.
+  vocab_.embed(batch.token_ids.data(), tokens, ws.y.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t k = 0; k < hc; ++k) {
+      std::memcpy(ws.X.data() + (t * hc + k) * h, ws.y.data() + t * h, h * sizeof(float));
+    }
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& w = layers_[i];
+    w.hc_attn.collapse(ws.X.data(), tokens, ws.y.data(), &ws.post, &ws.C);
+    ops::rms_norm(ws.y.data(), w.attn_norm, tokens, h, eps, ws.a.data());
+    attention(w, batch, kv, i, tokens);
+    w.hc_attn.expand(ws.o.data(), ws.X.data(), tokens, ws.post, ws.C, ws.X_next.data());
+    std::swap(ws.X, ws.X_next);
+    w.hc_ffn.collapse(ws.X.data(), tokens, ws.y.data(), &ws.post, &ws.C);
+    ops::rms_norm(ws.y.data(), w.ffn_norm, tokens, h, eps, ws.a.data());
+    moe(w, batch, tokens);
+    w.hc_ffn.expand(ws.o.data(), ws.X.data(), tokens, ws.post, ws.C, ws.X_next.data());
+    std::swap(ws.X, ws.X_next);
+  }
+  // The head: only the rows whose logits are wanted.
+  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  ws.selected.resize(static_cast<size_t>(rows * hc * h));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(ws.selected.data() + r * hc * h,
+                ws.X.data() + int64_t{batch.logits_indices[r]} * hc * h, hc * h * sizeof(float));
+  }
+  hc_head_.collapse(ws.selected.data(), rows, ws.y.data());
+  ops::rms_norm(ws.y.data(), final_norm_, rows, h, eps, ws.y.data());
+  vocab_.logits(ws.y.data(), rows, logits);
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> make_deepseek_v4(const ModelConfig& config,
+                                           std::unique_ptr<Checkpoint> checkpoint,
+                                           parallel::Communicator& comm,
+                                           const WeightOptions& options) {
+  if (config.hidden_act != "silu") {
+    throw_input_error("{}/config.json: hidden_act '{}' is not supported (only 'silu')",
+                      checkpoint->dir(), config.hidden_act);
+  }
+  return std::make_unique<DeepseekV4Model>(config, std::move(checkpoint), comm, options);
+}
+
+}  // namespace pagoda
