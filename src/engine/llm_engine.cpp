@@ -219,12 +219,8 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
   KVCachePlan& plan = *plan_out;
   plan = kv_cache_plan(*model_, options);
   // Pools of different page granularity need different block counts: each
-  // gets its share of the budget in proportion to what one sequence of
-  // max_model_len needs from it, so every pool runs out at the same number
-  // of such sequences (budget / reserved_bytes_per_sequence) and no pool's
-  // memory idles while another is full. A dense model (one pool) gets
-  // budget / bytes_per_block blocks as before.
-  const std::vector<int64_t> need = plan.blocks_per_sequence(max_model_len_);
+  // gets its share of the budget by what one max_model_len sequence needs
+  // from it (size_kv_pools).
   const int64_t per_sequence = plan.reserved_bytes_per_sequence(max_model_len_);
   int64_t budget = options.kv_cache_memory;
   if (budget <= 0) {  // enough for max_num_seqs full-length sequences, within half the free RAM
@@ -237,15 +233,9 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
         budget, kv_dtype_label(kv_dtype_of(*model_, options)), max_model_len_, per_sequence,
         plan.pools.size(), options_.block_size);
   }
-  std::vector<int64_t> num_blocks(plan.pools.size());
-  kv_token_capacity_ = INT64_MAX;
-  for (size_t p = 0; p < plan.pools.size(); ++p) {
-    const auto share = static_cast<__int128>(budget) * need[p] / per_sequence;
-    num_blocks[p] = static_cast<int64_t>(std::min<__int128>(share, INT32_MAX));
-    kv_token_capacity_ = std::min<int64_t>(
-        kv_token_capacity_,
-        static_cast<int64_t>(static_cast<__int128>(num_blocks[p]) * max_model_len_ / need[p]));
-  }
+  const KVPoolSizes sizes = size_kv_pools(plan, budget, max_model_len_);
+  kv_token_capacity_ = sizes.token_capacity;
+  const std::vector<int64_t>& num_blocks = sizes.num_blocks;
   *num_blocks_out = num_blocks;
 }
 

@@ -1,6 +1,7 @@
 #include "kv/kv_cache_plan.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "core/error.h"
 
@@ -168,6 +169,23 @@ int64_t KVCachePlan::reserved_bytes_per_sequence(int64_t num_tokens) const {
     total += need[p] * pools[p].num_slots * pools[p].page_bytes;
   }
   return total;
+}
+
+KVPoolSizes size_kv_pools(const KVCachePlan& plan, int64_t budget_bytes, int64_t max_model_len) {
+  const std::vector<int64_t> need = plan.blocks_per_sequence(max_model_len);
+  const int64_t per_sequence = plan.reserved_bytes_per_sequence(max_model_len);
+  PAGODA_CHECK(per_sequence > 0 && budget_bytes >= per_sequence,
+               "a budget of {} B for sequences of {} B", budget_bytes, per_sequence);
+  KVPoolSizes sizes;
+  sizes.token_capacity = INT64_MAX;
+  for (size_t p = 0; p < plan.pools.size(); ++p) {
+    const auto share = static_cast<__int128>(budget_bytes) * need[p] / per_sequence;
+    sizes.num_blocks.push_back(static_cast<int64_t>(std::min<__int128>(share, INT32_MAX)));
+    sizes.token_capacity = std::min<int64_t>(
+        sizes.token_capacity,
+        static_cast<int64_t>(static_cast<__int128>(sizes.num_blocks[p]) * max_model_len / need[p]));
+  }
+  return sizes;
 }
 
 }  // namespace pagoda

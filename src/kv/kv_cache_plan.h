@@ -95,6 +95,19 @@ struct KVCachePlan {
   int64_t reserved_bytes_per_sequence(int64_t num_tokens) const;
 };
 
+// Block counts of each pool for a memory budget: pool p gets
+// budget x blocks_per_sequence(max_model_len)[p] / reserved_bytes_per_sequence
+// blocks, so every pool runs out at the same number of max_model_len
+// sequences and no pool's memory idles while another is full (one pool:
+// budget / bytes_per_block, as a dense model always had). token_capacity:
+// as many such sequences as the scarcest pool holds, times max_model_len.
+// The budget must hold one such sequence (checked by the caller).
+struct KVPoolSizes {
+  std::vector<int64_t> num_blocks;  // per pool, at most INT32_MAX
+  int64_t token_capacity = 0;
+};
+KVPoolSizes size_kv_pools(const KVCachePlan& plan, int64_t budget_bytes, int64_t max_model_len);
+
 // Groups equal specs (the whole spec is the key, in order of first
 // appearance; split to one tensor count per pool), and buckets page sizes
 // into pools (in order of first appearance). Throws InputError for an
