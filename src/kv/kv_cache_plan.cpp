@@ -29,20 +29,43 @@ int64_t bucket_of(const std::vector<int64_t>& heads_desc, int64_t page) {
   return 0;
 }
 
-// The tensor count g that the kinds of one pool are split into: the largest
-// whose padding (slots left empty by each kind's last, smaller group) is at
-// most 5% of the slots of all the pool's groups.
-int32_t group_size_for(const std::vector<int64_t>& counts) {
-  const int64_t largest = *std::max_element(counts.begin(), counts.end());
-  for (int64_t g = largest; g > 1; --g) {
-    int64_t slots = 0, used = 0;
-    for (int64_t n : counts) {
-      slots += (n + g - 1) / g * g;
-      used += n;
+// Pages one tensor of a kind holds for a long sequence (2^20 positions):
+// what its empty slots cost. Full-attention kinds grow with the sequence,
+// sliding ones stay at their window's pages, so the full ones dominate.
+int64_t long_sequence_pages(const Kind& k) {
+  constexpr int64_t kLong = int64_t{1} << 20;
+  const int64_t all = kLong / k.block_size;
+  const int64_t w = k.spec.sliding_window;
+  return w == 0 ? all : std::min(all, w / k.block_size + 2);
+}
+
+// The tensor count g that the kinds of one pool are split into. The
+// candidates are the kinds' own counts (vLLM picks between the smallest and
+// the largest); each kind becomes ceil(n / g) groups of g slots, and the
+// candidate leaving the fewest empty slots, weighted by the pages each kind
+// holds for a long sequence, wins (the larger on ties). If even that leaves
+// over 5% of the weighted slots empty, g = 1 (no slot is ever empty).
+int32_t group_size_for(const std::vector<const Kind*>& kinds) {
+  int64_t best = 1;
+  double best_waste = 0;
+  bool found = false;
+  for (const Kind* candidate : kinds) {
+    const auto g = static_cast<int64_t>(candidate->tensors.size());
+    double slots = 0, empty = 0;
+    for (const Kind* k : kinds) {
+      const auto n = static_cast<int64_t>(k->tensors.size());
+      const double w = static_cast<double>(long_sequence_pages(*k));
+      slots += static_cast<double>((n + g - 1) / g * g) * w;
+      empty += static_cast<double>((n + g - 1) / g * g - n) * w;
     }
-    if ((slots - used) * 20 <= slots) return static_cast<int32_t>(g);
+    const double waste = empty / slots;
+    if (!found || waste < best_waste || (waste == best_waste && g > best)) {
+      best = g;
+      best_waste = waste;
+      found = true;
+    }
   }
-  return 1;
+  return best_waste <= 0.05 ? static_cast<int32_t>(best) : 1;
 }
 
 }  // namespace
@@ -105,10 +128,10 @@ KVCachePlan plan_kv_cache(const std::vector<LayerKVCache>& caches, int32_t block
   }
 
   // One tensor count per pool; each kind becomes ceil(n / g) groups.
-  std::vector<std::vector<int64_t>> counts(plan.pools.size());
-  for (const Kind& k : kinds) counts[k.pool].push_back(static_cast<int64_t>(k.tensors.size()));
+  std::vector<std::vector<const Kind*>> of_pool(plan.pools.size());
+  for (const Kind& k : kinds) of_pool[k.pool].push_back(&k);
   for (size_t p = 0; p < plan.pools.size(); ++p) {
-    plan.pools[p].num_slots = group_size_for(counts[p]);
+    plan.pools[p].num_slots = group_size_for(of_pool[p]);
   }
   std::vector<int32_t> first_group(kinds.size());
   for (size_t k = 0; k < kinds.size(); ++k) {

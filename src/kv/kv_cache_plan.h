@@ -28,11 +28,15 @@
 // A block id held by a group of fewer tensors than S leaves the other slots'
 // pages unused, so the kinds (equal specs) of one pool are split into groups
 // of one tensor count g (vLLM's hybrid allocator,
-// _get_kv_cache_groups_uniform_page_size) and S = g. g is the largest count
-// whose padding (the slots the last, smaller group of each kind leaves
-// empty) is at most 5% of the pool's slots over all its groups; g = 1 always
-// qualifies, so a pool never wastes more than that. Dense models (one kind
-// per pool, or kinds of equal counts) keep a single group per kind.
+// _get_kv_cache_groups_uniform_page_size) and S = g. The candidates for g
+// are the kinds' own tensor counts; the one leaving the fewest empty slots,
+// weighted by the pages each kind holds for a long sequence (full-attention
+// kinds dominate; a sliding kind holds only its window's pages), wins, the
+// larger on ties; if even it leaves over 5% empty, g = 1. V4-Pro's large
+// bucket (61 window, 30 c4 compressed, 30 c4 state, 31 c128 state tensors)
+// gets g = 30: only the window's and the c128 state's last groups, of 1
+// tensor and a few pages each, leave slots empty (0.5%). Dense models (one
+// kind per pool, or kinds of equal counts) keep a single group per kind.
 #pragma once
 
 #include <cstdint>
