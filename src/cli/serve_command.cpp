@@ -27,6 +27,8 @@ struct ServeArgs {
   server::ServerOptions server;
   double grace_seconds = 10;
   EngineOptions engine;
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 };
 
 int run_serve(ServeArgs& a) {
@@ -38,6 +40,7 @@ int run_serve(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (a.server.served_model_name.empty()) a.server.served_model_name = a.model;
+  if (a.enable_auto_tool_choice) a.server.tool_call_parser = a.tool_call_parser;
   AsyncEngine engine(a.model, a.engine);
   print_engine_summary(engine.engine());
   server::OpenAIServer http(engine, a.server);
@@ -125,6 +128,23 @@ Runner add_serve_command(CLI::App& app) {
          "--keep-alive-timeout", [args](double s) { args->server.keep_alive_timeout = to_ms(s); },
          "Seconds an idle keep-alive connection stays open [60]")
       ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--reasoning-parser", args->server.reasoning_parser,
+                  "Split chat output into reasoning_content and content (vLLM's parsers: qwen3, "
+                  "deepseek_r1, deepseek_v3)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1", "deepseek_v3"}));
+  auto* auto_tools =
+      cmd->add_flag("--enable-auto-tool-choice", args->enable_auto_tool_choice,
+                    "Return the tool calls a model writes as OpenAI tool_calls (needs "
+                    "--tool-call-parser)");
+  auto* tool_parser =
+      cmd->add_option("--tool-call-parser", args->tool_call_parser,
+                      "The models' tool-call format (vLLM's parsers: hermes for Qwen3, "
+                      "deepseek_v3, deepseek_v31)")
+          ->check(CLI::IsMember({"hermes", "deepseek_v3", "deepseek_v31"}));
+  // As vLLM: one without the other does nothing, which is refused rather
+  // than left for a client to discover.
+  auto_tools->needs(tool_parser);
+  tool_parser->needs(auto_tools);
   cmd->add_option("--shutdown-grace", args->grace_seconds,
                   "Seconds in-flight requests get on SIGINT/SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))

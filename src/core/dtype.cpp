@@ -24,6 +24,8 @@ std::string_view dtype_name(DType t) {
       return "F8_E4M3";
     case DType::F8E8M0:
       return "F8_E8M0";
+    case DType::F4E2M1:
+      return "F4_E2M1";  // in messages only: files hold FP4 as I8 (dtype_from_name has no entry)
   }
   return "?";
 }

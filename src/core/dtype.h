@@ -11,7 +11,11 @@ namespace pagoda {
 // (bias 7), 3 mantissa bits; subnormals, no infinities, 0x7F/0xFF NaN, max
 // 448 (DeepSeek's FP8 weights). F8E8M0 ("F8_E8M0") is an exponent alone:
 // 2^(e - 127), 0xFF NaN (the block scales of DeepSeek V4 checkpoints).
-enum class DType : uint8_t { F32, BF16, F16, I8, I32, I64, U8, F8E4M3, F8E8M0 };
+// F4E2M1 is never a file dtype: it names packed FP4 weight matrices in
+// memory (ops.h Matrix; a checkpoint stores them as I8 bytes), two 4-bit
+// e2m1 codes per byte, so dtype_size (bytes per element) does not describe
+// it: FP4 data sizes come from ops.h (fp4_row_bytes).
+enum class DType : uint8_t { F32, BF16, F16, I8, I32, I64, U8, F8E4M3, F8E8M0, F4E2M1 };
 
 // Bytes per element.
 constexpr size_t dtype_size(DType t) {
@@ -33,6 +37,8 @@ constexpr size_t dtype_size(DType t) {
     case DType::F8E4M3:
     case DType::F8E8M0:
       return 1;
+    case DType::F4E2M1:  // half a byte: see the enum
+      return 0;
   }
   return 0;
 }
@@ -100,6 +106,14 @@ inline constexpr Fp8Table kF8E8M0 = make_e8m0_table();
 }  // namespace detail
 inline float f8e4m3_to_f32(uint8_t v) { return detail::kF8E4M3.v[v]; }
 inline float f8e8m0_to_f32(uint8_t v) { return detail::kF8E8M0.v[v]; }
+// FP4 e2m1 (MXFP4, DeepSeek V4's routed experts): a 4-bit code is sign << 3
+// | index into the magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} (code 8 is -0).
+// Only the low 4 bits of `code` are read.
+inline float f4e2m1_to_f32(uint8_t code) {
+  constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMagnitude[code & 7];
+  return code & 8 ? -m : m;
+}
 // Round to nearest even, saturating: |f| beyond 448 (and infinities) gives
 // +-448 (the "satfinite" conversion that FP8 quantisers use after clamping);
 // NaN gives 0x7F with f's sign.

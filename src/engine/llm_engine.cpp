@@ -272,6 +272,7 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
                       prompt_ids.size(), max_model_len_);
   }
   const int64_t vocab = model_->config().vocab_size;
+  params.validate_token_ids(vocab);
   for (int32_t id : prompt_ids) {
     if (id < 0 || id >= vocab) {
       throw_input_error("token id {} is outside the vocabulary [0, {})", id, vocab);

@@ -131,6 +131,28 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p,
   }
 }
 
+// vLLM's allowed_token_ids, bad_words and logit_bias, in its order (the
+// masks first; the bias before the penalties).
+void apply_token_constraints(std::span<float> logits, const SamplingParams& p,
+                             std::span<const int32_t> output_ids) {
+  if (!p.allowed_token_ids.empty()) {
+    // Kept values are copied out and back, so the mask costs one pass over
+    // the vocabulary and none per allowed id beyond that.
+    thread_local std::vector<std::pair<int32_t, float>> kept;
+    kept.clear();
+    for (int32_t id : p.allowed_token_ids) kept.emplace_back(id, logits[id]);
+    std::fill(logits.begin(), logits.end(), kNegInf);
+    for (const auto& [id, v] : kept) logits[id] = v;
+  }
+  for (const std::vector<int32_t>& word : p.bad_words_token_ids) {
+    const size_t prefix = word.size() - 1;
+    if (prefix > output_ids.size()) continue;
+    if (std::equal(word.begin(), word.end() - 1, output_ids.end() - prefix))
+      logits[word.back()] = kNegInf;
+  }
+  for (const auto& [id, bias] : p.logit_bias) logits[id] += bias;
+}
+
 // Samples from softmax(logits / temperature) after top-k, top-p and min-p.
 int32_t sample_filtered(std::span<float> logits, const SamplingParams& p, std::mt19937_64& rng) {
   thread_local std::vector<int32_t> ids;
@@ -201,6 +223,7 @@ SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
       if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] = kNegInf;
     }
   }
+  apply_token_constraints(logits, params, output_ids);
   apply_penalties(logits, params, prompt_ids, output_ids);
   out.token = params.greedy() ? argmax(logits) : sample_filtered(logits, params, rng.engine());
   if (params.logprobs >= 0) fill_logprobs(raw, params.logprobs, out);

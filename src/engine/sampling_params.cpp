@@ -33,6 +33,25 @@ void SamplingParams::validate() const {
   for (const std::string& s : stop) {
     if (s.empty()) throw_input_error("stop strings must not be empty");
   }
+  for (const auto& [id, bias] : logit_bias) {
+    if (!(bias >= -100 && bias <= 100))
+      throw_input_error("logit_bias values must be in [-100, 100], got {} for token {}", bias, id);
+  }
+  for (const auto& word : bad_words_token_ids) {
+    if (word.empty()) throw_input_error("bad_words must not hold an empty word");
+  }
+}
+
+void SamplingParams::validate_token_ids(int64_t vocab_size) const {
+  auto check = [&](int32_t id, const char* field) {
+    if (id < 0 || id >= vocab_size)
+      throw_input_error("{} holds token id {}, outside the vocabulary [0, {})", field, id,
+                        vocab_size);
+  };
+  for (const auto& entry : logit_bias) check(entry.first, "logit_bias");
+  for (int32_t id : allowed_token_ids) check(id, "allowed_token_ids");
+  for (const auto& word : bad_words_token_ids)
+    for (int32_t id : word) check(id, "bad_words");
 }
 
 }  // namespace pagoda

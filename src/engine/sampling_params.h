@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pagoda {
@@ -30,6 +31,15 @@ struct SamplingParams {
   // hit skips the positions whose logits it needs (as vLLM does).
   int prompt_logprobs = -1;
   bool skip_special_tokens = true;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to the logit
+  // before sampling (after the raw logprobs are taken, as vLLM reports them).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's allowed_token_ids: when non-empty, every other id is masked.
+  std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad_words, as token sequences (server/bad_words.h tokenizes the
+  // words): a sequence's last id is masked whenever the output so far ends
+  // with the rest of it, so the whole sequence is never generated.
+  std::vector<std::vector<int32_t>> bad_words_token_ids;
   // Scheduling priority, as in vLLM: lower values are admitted first and
   // preempted last. Only with SchedulingPolicy::Priority; 0 otherwise.
   int priority = 0;
@@ -37,6 +47,9 @@ struct SamplingParams {
   bool greedy() const { return temperature == 0.0f; }
   // Throws InputError naming the bad field and its allowed range.
   void validate() const;
+  // As validate(), plus the token ids of logit_bias, allowed_token_ids and
+  // bad words against the vocabulary [0, vocab_size).
+  void validate_token_ids(int64_t vocab_size) const;
 };
 
 }  // namespace pagoda

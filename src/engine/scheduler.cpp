@@ -70,13 +70,20 @@ SchedulerOutput Scheduler::schedule() {
   // Running requests, oldest first; the newest are preempted to make room.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const int64_t n = tokens_to_schedule(r, budget, scoring_budget);
+    int64_t n = tokens_to_schedule(r, budget, scoring_budget);
     if (n == 0) {  // the scoring cap is spent: this one waits a step
       ++i;
       continue;
     }
     bool scheduled = true;
     while (!ensure_blocks(r, r->num_computed_tokens + n)) {
+      // A long prefill chunk needs blocks for all of its positions at once
+      // (sliding-window groups too, though they release most of them after
+      // the step): a smaller chunk is tried before anyone is preempted.
+      if (n > kv_.block_size()) {
+        n = std::max<int64_t>(kv_.block_size(), n / 2);
+        continue;
+      }
       Request* victim = running_.back();
       running_.pop_back();
       preempt(victim);
@@ -106,9 +113,17 @@ SchedulerOutput Scheduler::schedule() {
       r->num_computed_tokens = kv_.take_cached_prefix(r->kv, r->all_tokens());
       if (!r->admitted_before) r->num_cached_tokens = r->num_computed_tokens;
     }
-    const int64_t n = tokens_to_schedule(r, budget, scoring_budget);
+    int64_t n = tokens_to_schedule(r, budget, scoring_budget);
     if (n == 0) break;  // the scoring cap is spent; admission stays in order
-    if (!ensure_blocks(r, r->num_computed_tokens + n)) {
+    bool admitted = ensure_blocks(r, r->num_computed_tokens + n);
+    // As above: a prompt chunk too large for the pool at once is halved
+    // (down to a block, which the pool always holds: min_blocks), or a
+    // request alone could wait forever.
+    while (!admitted && n > kv_.block_size()) {
+      n = std::max<int64_t>(kv_.block_size(), n / 2);
+      admitted = ensure_blocks(r, r->num_computed_tokens + n);
+    }
+    if (!admitted) {
       kv_.free(r->kv);  // give the prefix hits back; retry next step
       r->num_computed_tokens = 0;
       break;

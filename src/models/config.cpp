@@ -116,6 +116,15 @@ void parse_quantization(const JsonFields& f, ModelConfig& c) {
         "f32)",
         f.file(), kKey, out.activation_scheme);
   }
+  // DeepSeek V4 names its E8M0 block scales' format; the scale tensor's
+  // dtype (F32 or F8_E8M0) is what the loader reads, so only that one
+  // format is accepted here.
+  std::string scale_fmt = "ue8m0";
+  q.string("scale_fmt", scale_fmt);
+  if (scale_fmt != "ue8m0") {
+    throw_input_error("{}: {}.scale_fmt '{}' is not supported (supported: ue8m0)", f.file(), kKey,
+                      scale_fmt);
+  }
   if (!q.has("weight_block_size")) q.missing("weight_block_size");
   const nlohmann::json& b = q.at("weight_block_size");
   if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer())

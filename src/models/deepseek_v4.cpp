@@ -85,7 +85,7 @@ struct Layer {
   ops::Matrix router;
   std::vector<float> router_data;
   const float* gate_bias = nullptr;
-  std::vector<int32_t> tid2eid;  // hash layers: [vocab, top_k]
+  const int32_t* tid2eid = nullptr;  // hash layers: [vocab, top_k]
   std::vector<ops::MoeExpert> experts;
   ops::MoeExpert shared;
   bool has_shared = false;
@@ -270,6 +270,7 @@ class DeepseekV4Model final : public CausalLM {
   // with YaRN (spec §0.3, §1.2), for q, kv, the compressors and the indexer.
   std::vector<float> inv_freq_window_, inv_freq_compressed_;
   std::vector<float> ones_;  // the weightless per-head RMSNorm of q
+  ops::MoeRouting routing_;
   int64_t mtp_bytes_ = 0;
   Workspace ws_;
   int64_t capacity_ = 0;
@@ -288,6 +289,11 @@ void DeepseekV4Model::load() {
   hc_ = {v4_.hc_mult, h, v4_.hc_sinkhorn_iters, v4_.hc_eps, config_.rms_norm_eps};
   final_norm_ = weights_.vector("norm.weight", h);
   hc_head_ = HyperConnection(weights_, "hc_head", hc_, /*head=*/true);
+  routing_.num_experts = static_cast<int>(v4_.n_routed_experts);
+  routing_.top_k = static_cast<int>(v4_.num_experts_per_tok);
+  routing_.scoring = ops::MoeScoring::SqrtSoftplus;  // no expert groups in V4
+  routing_.norm_topk_prob = v4_.norm_topk_prob;
+  routing_.routed_scaling_factor = static_cast<float>(v4_.routed_scaling_factor);
   layers_.resize(config_.num_hidden_layers);
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
@@ -351,23 +357,7 @@ void DeepseekV4Model::load_moe(const std::string& p, Layer& w) {
   w.router = f32_copy(weights_.matrix(p + "gate.weight", e_count, h), w.router_data);
   const std::string tid = p + "gate.tid2eid";
   if (checkpoint_->has(tid)) {
-    const TensorInfo& t = checkpoint_->get(tid);
-    const int64_t k = v4_.num_experts_per_tok;
-    if (t.shape != std::vector<int64_t>{config_.vocab_size, k} ||
-        (t.dtype != DType::I64 && t.dtype != DType::I32)) {
-      throw_input_error("{}: expected I64 or I32 [{}, {}] (token -> expert table), got {} {}",
-                        tid, config_.vocab_size, k, dtype_name(t.dtype),
-                        fmt::join(t.shape, "x"));
-    }
-    w.tid2eid.resize(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      const int64_t v = t.dtype == DType::I64 ? static_cast<const int64_t*>(t.data)[i]
-                                              : static_cast<const int32_t*>(t.data)[i];
-      if (v < 0 || v >= e_count) {
-        throw_input_error("{}: entry {} names expert {} (the model has {})", tid, i, v, e_count);
-      }
-      w.tid2eid[i] = static_cast<int32_t>(v);
-    }
+    w.tid2eid = weights_.index_table(tid, config_.vocab_size, v4_.num_experts_per_tok, e_count);
   } else {
     w.gate_bias = weights_.vector(p + "gate.bias", e_count);
   }
@@ -685,56 +675,29 @@ void DeepseekV4Model::moe(const Layer& w, const BatchMetadata& batch, int64_t to
   ops::linear(a, tokens, w.router, nullptr, ws.router_logits.data());
   // sqrtsoftplus scores; hash layers take tid2eid[token], the others the
   // top-k of score + bias; weights always from the unbiased scores.
-  std::vector<double> sigma(e_count), sel(e_count);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* z = ws.router_logits.data() + t * e_count;
-    for (int64_t e = 0; e < e_count; ++e) {
-      const double x = z[e];
-      sigma[e] = std::sqrt(x > 20 ? x : std::log1p(std::exp(x)));
-    }
-    int32_t* ids = ws.topk_ids.data() + t * k;
-    if (!w.tid2eid.empty()) {
-      std::copy_n(w.tid2eid.data() + int64_t{batch.token_ids[t]} * k, k, ids);
-    } else {
-      for (int64_t e = 0; e < e_count; ++e) sel[e] = sigma[e] + w.gate_bias[e];
-      std::vector<int32_t> order(e_count);
-      for (int64_t e = 0; e < e_count; ++e) order[e] = static_cast<int32_t>(e);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int32_t x, int32_t y) { return sel[x] > sel[y]; });
-      std::copy_n(order.begin(), k, ids);
-    }
-    double sum = 0;
-    for (int j = 0; j < k; ++j) sum += sigma[ids[j]];
-    for (int j = 0; j < k; ++j) {
-      ws.topk_weights[t * k + j] =
-          static_cast<float>(sigma[ids[j]] / sum * v4_.routed_scaling_factor);
-    }
+  ops::MoeRouting routing = routing_;
+  routing.correction_bias = w.gate_bias;
+  if (w.tid2eid != nullptr) {
+    ops::moe_route_hashed(ws.router_logits.data(), batch.token_ids.data(), tokens, w.tid2eid,
+                          config_.vocab_size, routing, ws.topk_ids.data(),
+                          ws.topk_weights.data());
+  } else {
+    ops::moe_route(ws.router_logits.data(), tokens, routing, ws.topk_ids.data(),
+                   ws.topk_weights.data());
   }
   const auto limit = static_cast<float>(v4_.swiglu_limit);
-  auto swiglu = [&](const ops::MoeExpert& e, const float* x, int64_t n, float* y, bool clamp) {
-    const int64_t inter = e.gate.rows;
-    std::vector<float> g(n * inter), u(n * inter);
-    ops::linear(x, n, e.gate, nullptr, g.data());
-    ops::linear(x, n, e.up, nullptr, u.data());
-    for (int64_t i = 0; i < n * inter; ++i) {
-      float gi = g[i], ui = u[i];
-      if (clamp && limit > 0) {
-        ui = std::clamp(ui, -limit, limit);
-        gi = std::min(gi, limit);
-      }
-      g[i] = gi / (1.0f + std::exp(-gi)) * ui;
-    }
-    ops::linear(g.data(), n, e.down, nullptr, y);
-  };
-  ops::moe_experts_forward_with(
-      a, tokens, h, ws.topk_ids.data(), ws.topk_weights.data(), k, static_cast<int>(e_count),
-      [&](int e, const float* xe, int64_t n, float* ye) {
-        swiglu(w.experts[e], xe, n, ye, /*clamp=*/true);
-      },
-      ws.moe, ws.moe_out.data());
+  ops::moe_experts_forward(a, tokens, ws.topk_ids.data(), ws.topk_weights.data(), k,
+                           w.experts.data(), static_cast<int>(e_count), ws.moe,
+                           ws.moe_out.data(), limit);
   if (w.has_shared) {
     // The official code applies no clamp to the shared expert (spec §8.2).
-    swiglu(w.shared, a, tokens, ws.shared_out.data(), /*clamp=*/false);
+    const ops::MoeExpert& e = w.shared;
+    const int64_t inter = shard_.shared_inter;
+    const ops::LinearOutput gate_up[2] = {{&e.gate, nullptr, ws.gate_up.data(), 2 * inter},
+                                          {&e.up, nullptr, ws.gate_up.data() + inter, 2 * inter}};
+    ops::linear_multi(a, tokens, gate_up, 2);
+    ops::silu_mul(ws.gate_up.data(), tokens, inter, ws.act.data());
+    ops::linear(ws.act.data(), tokens, e.down, nullptr, ws.shared_out.data());
     for (int64_t i = 0; i < tokens * h; ++i) ws.moe_out[i] += ws.shared_out[i];
   }
   comm_.all_reduce_sum(ws.moe_out.data(), tokens * h);

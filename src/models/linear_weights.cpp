@@ -22,6 +22,8 @@ ops::Matrix prepare_linear(WeightStore& weights, const ops::Matrix& m,
 void matrix_row_f32(const ops::Matrix& m, int64_t r, float* out) {
   if (m.dtype == DType::F8E4M3) {
     ops::dequantize_fp8_row(m, r, 0, m.cols, out);
+  } else if (m.dtype == DType::F4E2M1) {
+    ops::dequantize_fp4_row(m, r, 0, m.cols, out);
   } else {
     const auto row = static_cast<int32_t>(r);
     ops::embedding(&row, 1, m, out);

@@ -18,8 +18,8 @@ namespace pagoda {
 ops::Matrix prepare_linear(WeightStore& weights, const ops::Matrix& m,
                            const WeightOptions& options, bool source_still_used = false);
 
-// Row r of a matrix as f32 (FP8 dequantised with its block scale, bf16
-// widened): the values the kernels compute with.
+// Row r of a matrix as f32 (FP8 and FP4 dequantised with their scales,
+// bf16 widened): the values the kernels compute with.
 void matrix_row_f32(const ops::Matrix& m, int64_t r, float* out);
 
 // An f32 copy of m in `storage` (for small matrices whose products must

@@ -47,7 +47,8 @@ ops::Matrix repack_int8(const ops::Matrix& q, void* out) {
 }
 
 ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out) {
-  PAGODA_CHECK(src.dtype == DType::F32 || src.dtype == DType::BF16 || src.dtype == DType::F8E4M3,
+  PAGODA_CHECK(src.dtype == DType::F32 || src.dtype == DType::BF16 ||
+                   src.dtype == DType::F8E4M3 || src.dtype == DType::F4E2M1,
                "quantize_matrix_int8: {} weights", dtype_name(src.dtype));
   if (src.cols > ops::kMaxInt8Cols) {
     throw_input_error("--quantization int8: weight rows of {} values are longer than {}", src.cols,
@@ -72,6 +73,9 @@ ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out) {
       if (src.dtype == DType::F8E4M3) {
         ops::dequantize_fp8_row(src, r, 0, cols, row.data());
         x = row.data();
+      } else if (src.dtype == DType::F4E2M1) {
+        ops::dequantize_fp4_row(src, r, 0, cols, row.data());
+        x = row.data();
       } else if (src.dtype == DType::BF16) {
         const auto* h = static_cast<const bf16_t*>(src.data) + r * cols;
         for (int64_t c = 0; c < cols; ++c) row[c] = bf16_to_f32(h[c]);
@@ -93,6 +97,8 @@ int64_t matrix_bytes(const ops::Matrix& m) {
   if (m.dtype == DType::I8)
     return static_cast<int64_t>(int8_matrix_bytes(m.rows, m.cols, m.packed));
   if (m.packed) return static_cast<int64_t>(ops::packed_bytes(m.rows, m.cols, DType::BF16));
+  if (m.dtype == DType::F4E2M1)
+    return m.rows * (ops::fp4_row_bytes(m.cols) + ops::fp4_scale_cols(m.cols));
   if (m.dtype == DType::F8E4M3) {
     return m.rows * m.cols +
            ops::fp8_scale_rows(m.rows) * ops::fp8_scale_cols(m.cols) * int64_t{sizeof(float)};

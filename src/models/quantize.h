@@ -33,7 +33,7 @@ Quantization parse_quantization(std::string_view name);
 // Packed (ops/packed.h): the values as panels of 64 rows.
 size_t int8_matrix_bytes(int64_t rows, int64_t cols, bool packed = false);
 
-// Quantizes an F32, BF16 or F8E4M3 (dequantised first) matrix into `out` (int8_matrix_bytes bytes, at
+// Quantizes an F32, BF16, F8E4M3 or F4E2M1 (dequantised first) matrix into `out` (int8_matrix_bytes bytes, at
 // least 4-byte aligned; 64 keeps every vector load within a cache line) and returns the I8 matrix
 // that views it. Rows are quantized in parallel with ops::quantize_rows_i8's rounding.
 ops::Matrix quantize_matrix_int8(const ops::Matrix& src, void* out);

@@ -93,6 +93,14 @@ bool fp8_block_aligned(int64_t begin, int64_t count, int64_t n) {
 
 int64_t fp8_block_end(int64_t end) { return (end + ops::kFp8Block - 1) / ops::kFp8Block; }
 
+// Where FP4 weight `name` (X.weight) keeps its scales: X.scale.
+std::string fp4_scales_name(const std::string& name) {
+  constexpr std::string_view kWeight = ".weight";
+  if (name.size() > kWeight.size() && name.ends_with(kWeight))
+    return name.substr(0, name.size() - kWeight.size()) + ".scale";
+  return name + ".scale";
+}
+
 }  // namespace
 
 void* WeightStore::own(size_t bytes) {
@@ -105,6 +113,21 @@ void* WeightStore::own(size_t bytes) {
 const TensorInfo& WeightStore::weight_tensor(const std::string& name, int64_t rows,
                                              int64_t cols) const {
   const TensorInfo& t = checkpoint_.get(name);
+  if (t.dtype == DType::I8) {  // FP4 (DeepSeek V4 experts): two e2m1 codes a byte
+    if (cols % ops::kFp4Block != 0) {
+      throw_input_error(
+          "checkpoint {}: I8 tensor '{}' read as FP4 [{}, {}]: FP4 needs cols a multiple of {}",
+          checkpoint_.dir(), name, rows, cols, ops::kFp4Block);
+    }
+    const std::vector<int64_t> packed{rows, ops::fp4_row_bytes(cols)};
+    if (t.shape != packed) {
+      throw_input_error(
+          "checkpoint {}: FP4 tensor '{}' has shape {}, expected {} (two e2m1 codes per byte of "
+          "a [{}, {}] matrix)",
+          checkpoint_.dir(), name, shape_str(t.shape), shape_str(packed), rows, cols);
+    }
+    return t;
+  }
   if (t.dtype != DType::F8E4M3) return checkpoint_.get(name, {rows, cols});
   const std::vector<int64_t> want{rows, cols};
   if (t.shape != want) {
@@ -174,16 +197,64 @@ const float* WeightStore::fp8_scales(const TensorInfo& t, int64_t rows, int64_t 
   return out;
 }
 
+const uint8_t* WeightStore::fp4_scales(const TensorInfo& t, int64_t rows, int64_t cols,
+                                       int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const std::string& dir = checkpoint_.dir();
+  const std::string name = fp4_scales_name(t.name);
+  if (!checkpoint_.has(name)) {
+    throw_input_error("checkpoint {}: FP4 tensor '{}' has no scales (no tensor '{}')", dir, t.name,
+                      name);
+  }
+  const TensorInfo& s = checkpoint_.get(name);
+  if (s.dtype != DType::F8E8M0) {
+    throw_input_error("checkpoint {}: scales '{}' of FP4 tensor '{}' have dtype {}, expected F8_E8M0",
+                      dir, name, t.name, dtype_name(s.dtype));
+  }
+  const std::vector<int64_t> grid{rows, ops::fp4_scale_cols(cols)};
+  if (s.shape != grid) {
+    throw_input_error(
+        "checkpoint {}: scales '{}' have shape {}, expected {}: one per 32 inputs of each row of "
+        "FP4 tensor '{}' {} (logical [{}, {}])",
+        dir, name, shape_str(s.shape), shape_str(grid), t.name, shape_str(t.shape), rows, cols);
+  }
+  const auto* codes = static_cast<const uint8_t*>(s.data);
+  // 0xFF is E8M0's NaN: it would turn its 32 weights into NaNs at run time.
+  for (int64_t i = 0; i < grid[0] * grid[1]; ++i) {
+    if (codes[i] == 0xFF) {
+      throw_input_error("checkpoint {}: scales '{}' hold NaN (0xFF) at [{}, {}]", dir, name,
+                        i / grid[1], i % grid[1]);
+    }
+  }
+  if (r1 < 0) r1 = grid[0];
+  if (c1 < 0) c1 = grid[1];
+  if (r0 == 0 && r1 == grid[0] && c0 == 0 && c1 == grid[1]) return codes;
+  auto* out = static_cast<uint8_t*>(own(static_cast<size_t>((r1 - r0) * (c1 - c0))));
+  for (int64_t r = r0; r < r1; ++r)
+    std::memcpy(out + (r - r0) * (c1 - c0), codes + r * grid[1] + c0, static_cast<size_t>(c1 - c0));
+  return out;
+}
+
 ops::Matrix WeightStore::dequantized_copy(const ops::Matrix& w, int64_t r0, int64_t r1, int64_t c0,
                                           int64_t c1) {
   const int64_t cols = c1 - c0;
   auto* f = static_cast<float*>(own(static_cast<size_t>((r1 - r0) * cols) * sizeof(float)));
-  for (int64_t r = r0; r < r1; ++r) ops::dequantize_fp8_row(w, r, c0, c1, f + (r - r0) * cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    if (w.dtype == DType::F4E2M1) {
+      ops::dequantize_fp4_row(w, r, c0, c1, f + (r - r0) * cols);
+    } else {
+      ops::dequantize_fp8_row(w, r, c0, c1, f + (r - r0) * cols);
+    }
+  }
   return {f, DType::F32, r1 - r0, cols};
 }
 
 ops::Matrix WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols) {
   const TensorInfo& t = weight_tensor(name, rows, cols);
+  if (t.dtype == DType::I8) {
+    ops::Matrix m{t.data, DType::F4E2M1, rows, cols};
+    m.e8m0_scales = fp4_scales(t, rows, cols);
+    return m;
+  }
   if (t.dtype == DType::F8E4M3) {
     ops::Matrix m{t.data, DType::F8E4M3, rows, cols};
     m.block_scales = fp8_scales(t, rows, cols);
@@ -205,6 +276,16 @@ ops::Matrix WeightStore::row_slice(const std::string& name, int64_t rows, int64_
   const size_t esize = dtype_size(t.dtype);
   const auto* first = static_cast<const uint8_t*>(t.data) + begin * cols * esize;
   if (begin == 0 && count == rows) return matrix(name, rows, cols);
+  if (t.dtype == DType::I8) {  // FP4: whole rows, each with its own scales
+    const int64_t row_bytes = ops::fp4_row_bytes(cols);
+    void* out = own(static_cast<size_t>(count * row_bytes));
+    std::memcpy(out, static_cast<const uint8_t*>(t.data) + begin * row_bytes,
+                static_cast<size_t>(count * row_bytes));
+    ops::Matrix m{out, DType::F4E2M1, count, cols};
+    m.e8m0_scales = fp4_scales(t, rows, cols, begin, begin + count, 0, -1);
+    release_pages(t);
+    return m;
+  }
   if (t.dtype == DType::F8E4M3) {
     ops::Matrix m;
     if (fp8_block_aligned(begin, count, rows)) {
@@ -241,6 +322,27 @@ ops::Matrix WeightStore::col_slice(const std::string& name, int64_t rows, int64_
   const TensorInfo& t = weight_tensor(name, rows, cols);
   check_range(t, cols, begin, count);
   if (begin == 0 && count == cols) return matrix(name, rows, cols);
+  if (t.dtype == DType::I8) {  // FP4
+    ops::Matrix whole{t.data, DType::F4E2M1, rows, cols};
+    ops::Matrix m;
+    if (begin % ops::kFp4Block == 0 && count % ops::kFp4Block == 0) {
+      const int64_t in_bytes = ops::fp4_row_bytes(cols), out_bytes = ops::fp4_row_bytes(count);
+      auto* out = static_cast<uint8_t*>(own(static_cast<size_t>(rows * out_bytes)));
+      const auto* in = static_cast<const uint8_t*>(t.data);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(out + r * out_bytes, in + r * in_bytes + begin / 2,
+                    static_cast<size_t>(out_bytes));
+      }
+      m = {out, DType::F4E2M1, rows, count};
+      m.e8m0_scales = fp4_scales(t, rows, cols, 0, -1, begin / ops::kFp4Block,
+                                 (begin + count) / ops::kFp4Block);
+    } else {
+      whole.e8m0_scales = fp4_scales(t, rows, cols);
+      m = dequantized_copy(whole, 0, rows, begin, begin + count);
+    }
+    release_pages(t);
+    return m;
+  }
   if (t.dtype == DType::F8E4M3) {
     ops::Matrix m;
     if (fp8_block_aligned(begin, count, cols)) {
@@ -336,9 +438,10 @@ void WeightStore::drop(const ops::Matrix& source, bool still_used) {
     if (!still_used) *buffer = {};
     return;
   }
-  // (FP8: the values; their block scales are a separate tensor.)
-  const int64_t bytes =
-      source.dtype == DType::F8E4M3 ? source.rows * source.cols : matrix_bytes(source);
+  // (FP8, FP4: the values; their scales are a separate tensor.)
+  const int64_t bytes = source.dtype == DType::F8E4M3   ? source.rows * source.cols
+                        : source.dtype == DType::F4E2M1 ? source.rows * ops::fp4_row_bytes(source.cols)
+                                                        : matrix_bytes(source);
   release_pages(source.data, static_cast<size_t>(bytes));
 }
 
@@ -346,6 +449,53 @@ size_t WeightStore::owned_bytes() const {
   size_t total = 0;
   for (const auto& b : owned_) total += b.size;
   return total;
+}
+
+const int32_t* WeightStore::index_table(const std::string& name, int64_t rows, int64_t cols,
+                                       int64_t limit) {
+  const TensorInfo& t = checkpoint_.get(name);
+  const std::string& dir = checkpoint_.dir();
+  if (t.dtype != DType::I64 && t.dtype != DType::I32) {
+    throw_input_error("checkpoint {}: tensor '{}' has dtype {}, expected I64 or I32", dir, name,
+                      dtype_name(t.dtype));
+  }
+  const std::vector<int64_t> want{rows, cols};
+  if (t.shape != want) {
+    throw_input_error("checkpoint {}: tensor '{}' has shape {}, expected {}", dir, name,
+                      shape_str(t.shape), shape_str(want));
+  }
+  const int64_t n = rows * cols;
+  const auto* bytes = static_cast<const uint8_t*>(t.data);
+  const int32_t* out;
+  if (t.dtype == DType::I32 && aligned_for(t.data, DType::I32)) {
+    out = static_cast<const int32_t*>(t.data);
+  } else {
+    auto* copy = static_cast<int32_t*>(own(static_cast<size_t>(n) * sizeof(int32_t)));
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v;
+      if (t.dtype == DType::I64) {
+        std::memcpy(&v, bytes + 8 * i, 8);
+      } else {
+        int32_t v32;
+        std::memcpy(&v32, bytes + 4 * i, 4);
+        v = v32;
+      }
+      // Checked before narrowing: 2^32 + 3 must not pass as 3.
+      if (v < 0 || v >= limit) {
+        throw_input_error("checkpoint {}: tensor '{}' holds {} at [{}, {}], expected 0 to {}", dir,
+                          name, v, i / cols, i % cols, limit - 1);
+      }
+      copy[i] = static_cast<int32_t>(v);
+    }
+    return copy;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (out[i] < 0 || out[i] >= limit) {
+      throw_input_error("checkpoint {}: tensor '{}' holds {} at [{}, {}], expected 0 to {}", dir,
+                        name, out[i], i / cols, i % cols, limit - 1);
+    }
+  }
+  return out;
 }
 
 const float* WeightStore::vector(const std::string& name, int64_t n) {

@@ -27,6 +27,13 @@ class WeightStore {
   // A missing scale tensor, or one of the wrong dtype, shape
   // [ceil(rows/128), ceil(cols/128)] or with non-finite values, is an
   // InputError naming both tensors and the reason.
+  // An I8 tensor is FP4 as DeepSeek V4 publishes its routed experts (ops.h
+  // F4E2M1): bytes [rows, cols / 2] holding two e2m1 codes each, with
+  // `X.scale` F8_E8M0 [rows, cols / 32] beside `X.weight`; it comes back as
+  // an F4E2M1 matrix read in place (data and scales), asked for by its
+  // logical shape [rows, cols]. cols not a multiple of 32, another byte
+  // shape, a missing scale tensor, or one of another dtype, shape or with a
+  // NaN code (0xFF) is an InputError naming the tensors and the reason.
   ops::Matrix matrix(const std::string& name, int64_t rows, int64_t cols);
   // Rows [begin, begin + count) of a [rows, cols] matrix (a tensor-parallel
   // shard of a column-parallel layer): copied once (bf16 stays bf16) and the
@@ -36,12 +43,15 @@ class WeightStore {
   // running to the last row) stays FP8 with its scale rows; any other is
   // dequantised to an f32 copy, which linear treats bit for bit as the FP8
   // kernel would (ops.h), at 4 bytes a weight.
+  // FP4: any rows stay FP4 (each row carries its own scales).
   ops::Matrix row_slice(const std::string& name, int64_t rows, int64_t cols, int64_t begin,
                         int64_t count);
   // Columns [begin, begin + count) of a [rows, cols] matrix (a shard of a
   // row-parallel layer): copied once into a buffer of rows x count; the
   // source pages are then dropped from this process (madvise), so a rank
   // keeps only its shard resident. FP8 as row_slice, on 128-column blocks.
+  // FP4: a slice of whole 32-column blocks stays FP4 with its scale
+  // columns; any other becomes an exact f32 copy (as FP8's).
   ops::Matrix col_slice(const std::string& name, int64_t rows, int64_t cols, int64_t begin,
                         int64_t count);
   // Where the block scales of FP8 weight `name` are: name + "_scale_inv"
@@ -72,6 +82,12 @@ class WeightStore {
   // without this a server's resident set grows towards the whole table
   // (311 MB for Qwen3-0.6B with an int8 head) as it sees more tokens.
   void release_rows(const ops::Matrix& m);
+  // A [rows, cols] integer table as int32 (DeepSeek V4's ffn.gate.tid2eid:
+  // I64 in the published files, I32 accepted): I32 read in place when
+  // aligned, I64 narrowed into a copy. A value outside [0, limit) (e.g. an
+  // expert id >= n_routed_experts), another dtype or shape is an
+  // InputError naming the tensor.
+  const int32_t* index_table(const std::string& name, int64_t rows, int64_t cols, int64_t limit);
   // A 1-D tensor of n values as f32.
   const float* vector(const std::string& name, int64_t n);
   // Elements [begin, begin + count) of a 1-D tensor of n values, as f32.
@@ -88,14 +104,21 @@ class WeightStore {
   // Frees an owned source (unless still used) or releases its checkpoint pages.
   void drop(const ops::Matrix& source, bool still_used);
   // The checked weight tensor `name` of shape [rows, cols]: F32/BF16/F16,
-  // or F8E4M3 (Checkpoint::get's float check does not know FP8).
+  // F8E4M3, or I8 FP4 bytes [rows, cols / 2] (Checkpoint::get's float
+  // check knows neither).
   const TensorInfo& weight_tensor(const std::string& name, int64_t rows, int64_t cols) const;
   // The checked f32 block scales of FP8 tensor t ([rows, cols]); scale rows
   // [r0, r1) and columns [c0, c1) of the scale grid only, copied, when a
   // slice asks (r1 = c1 = -1: the whole grid, in place when possible).
   const float* fp8_scales(const TensorInfo& t, int64_t rows, int64_t cols, int64_t r0 = 0,
                           int64_t r1 = -1, int64_t c0 = 0, int64_t c1 = -1);
-  // An owned f32 copy of rows [r0, r1) x columns [c0, c1) of FP8 matrix w.
+  // The checked E8M0 scales of FP4 tensor t (logical [rows, cols]): in
+  // place for the whole grid, else rows [r0, r1) x columns [c0, c1) of it
+  // copied.
+  const uint8_t* fp4_scales(const TensorInfo& t, int64_t rows, int64_t cols, int64_t r0 = 0,
+                            int64_t r1 = -1, int64_t c0 = 0, int64_t c1 = -1);
+  // An owned f32 copy of rows [r0, r1) x columns [c0, c1) of FP8 or FP4
+  // matrix w.
   ops::Matrix dequantized_copy(const ops::Matrix& w, int64_t r0, int64_t r1, int64_t c0,
                                int64_t c1);
 

@@ -17,6 +17,9 @@ namespace pagoda::ops {
 enum class MoeScoring {
   Sigmoid,  // DeepSeek V3 (scoring_func "sigmoid")
   Softmax,  // DeepSeek V2 (scoring_func "softmax"), over all experts
+  // DeepSeek V4 (scoring_func "sqrtsoftplus", spec §3.2.6): sqrt(softplus(z))
+  // with softplus(z) = z for z > 20, else log1p(exp(z)) (torch's threshold).
+  SqrtSoftplus,
 };
 
 // How a group of experts is scored for group-limited routing.
@@ -57,6 +60,19 @@ struct MoeRouting {
 void moe_route(const float* logits, int64_t num_tokens, const MoeRouting& routing,
                int32_t* topk_ids, float* topk_weights);
 
+// Hash routing (DeepSeek V4's first num_hash_layers layers, spec §3.2.6):
+// token t's experts are fixed by its token id, topk_ids[t, :] =
+// tid2eid[token_ids[t], :] in the table's order (tid2eid: [vocab, top_k],
+// distinct experts per row); the weights still come from the router's
+// scores s (routing.scoring) of those experts: s[id] (/ their sum + 1e-20,
+// if norm_topk_prob) * routed_scaling_factor. correction_bias and the group
+// settings play no part (nothing is selected). A token id outside [0,
+// vocab) or a table entry outside [0, num_experts) or repeated in its row
+// is an error. logits: [num_tokens, num_experts].
+void moe_route_hashed(const float* logits, const int32_t* token_ids, int64_t num_tokens,
+                      const int32_t* tid2eid, int64_t vocab, const MoeRouting& routing,
+                      int32_t* topk_ids, float* topk_weights);
+
 // A step's assignments grouped by expert (a counting sort): expert e's
 // assignments are [offsets[e], offsets[e + 1]) of tokens / weights, in
 // ascending token order; used lists the experts with at least one, in
@@ -93,7 +109,10 @@ struct MoeScratch {
 
 // out[t, :] = sum over t's assignments (topk_ids[t, j] >= 0) of
 // topk_weights[t, j] * down(silu(gate x_t) * up x_t) with that expert's
-// matrices. Runs each expert that has tokens once, as one linear_multi
+// matrices. swiglu_limit L > 0 (DeepSeek V4) clamps before the product,
+// as ops::silu_mul does: silu(min(gate x_t, L)) * clamp(up x_t, -L, L);
+// 0: no clamp. (The routing weight multiplies the expert's output, which
+// is the same real number as V4's down(weight * h) up to rounding.) Runs each expert that has tokens once, as one linear_multi
 // (gate and up), silu_mul and linear (down) over all its tokens, so only
 // the used experts' weights are read. Each token's terms are added in
 // ascending expert id order and each linear row is independent of the
@@ -105,7 +124,8 @@ struct MoeScratch {
 // report).
 void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk_ids,
                          const float* topk_weights, int top_k, const MoeExpert* experts,
-                         int num_experts, MoeScratch& scratch, float* out);
+                         int num_experts, MoeScratch& scratch, float* out,
+                         float swiglu_limit = 0.0f);
 
 // The same step with a caller-supplied expert, for experts that are not
 // three Matrix linears (other weight formats, a tensor-parallel slice whose

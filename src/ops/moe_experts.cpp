@@ -104,7 +104,7 @@ void moe_experts_forward_with(const float* x, int64_t num_tokens, int64_t hidden
 
 void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk_ids,
                          const float* topk_weights, int top_k, const MoeExpert* experts,
-                         int num_experts, MoeScratch& s, float* out) {
+                         int num_experts, MoeScratch& s, float* out, float swiglu_limit) {
   PAGODA_CHECK(num_experts > 0, "moe_experts_forward: no experts");
   const int64_t hidden = experts[0].gate.cols;
   auto swiglu = [&](int e, const float* xe, int64_t n, float* ye) {
@@ -125,7 +125,7 @@ void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk
     const LinearOutput gu[2] = {{&ex.gate, nullptr, s.gate_up.data(), 2 * inter},
                                 {&ex.up, nullptr, s.gate_up.data() + inter, 2 * inter}};
     linear_multi(xe, n, gu, 2);
-    silu_mul(s.gate_up.data(), n, inter, s.act.data());
+    silu_mul(s.gate_up.data(), n, inter, s.act.data(), swiglu_limit);
     linear(s.act.data(), n, ex.down, nullptr, ye);
   };
   moe_experts_forward_with(x, num_tokens, hidden, topk_ids, topk_weights, top_k, num_experts,

@@ -20,8 +20,15 @@ constexpr int64_t kFp8Block = 128;
 inline int64_t fp8_scale_rows(int64_t rows) { return (rows + kFp8Block - 1) / kFp8Block; }
 inline int64_t fp8_scale_cols(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block; }
 
-// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16, I8 or
-// F8E4M3; packed BF16 matrices (packed = true) use the panel layout of
+// FP4 (MXFP4) weights as DeepSeek V4 publishes its routed experts: e2m1
+// codes, two per byte, with one power-of-two (E8M0) scale per kFp4Block
+// consecutive inputs of a row; cols must be a multiple of kFp4Block.
+constexpr int64_t kFp4Block = 32;
+inline int64_t fp4_row_bytes(int64_t cols) { return cols / 2; }
+inline int64_t fp4_scale_cols(int64_t cols) { return cols / kFp4Block; }
+
+// A read-only 2-D weight matrix [rows, cols], row-major, F32, BF16, I8,
+// F8E4M3 or F4E2M1; packed BF16 matrices (packed = true) use the panel layout of
 // ops/packed.h.
 // I8 (ops/quant.h): row r is q[r, :] * scales[r] (symmetric, per output
 // channel); row_sums[r] = sum_c q[r, c] lets the VNNI kernel use unsigned
@@ -31,6 +38,15 @@ inline int64_t fp8_scale_cols(int64_t cols) { return (cols + kFp8Block - 1) / kF
 // FP8 linear equals, bit for bit, the F32 linear of that dequantised
 // matrix). The e4m3 NaN codes are not valid weights (the kernels read them
 // as 480).
+// F4E2M1: row r is fp4_row_bytes(cols) bytes at data + r * cols / 2; byte
+// j holds column 2j in its LOW nibble and column 2j + 1 in its high nibble
+// (f4e2m1_to_f32 codes, core/dtype.h); element (r, c) is f4e2m1_to_f32(code)
+// * f8e8m0_to_f32(e8m0_scales[r * fp4_scale_cols(cols) + c / 32]). That
+// product of an e2m1 value and a power of two is exact in f32 (2^-128 and
+// up are representable; a scale code past 252 could overflow, and 255 is
+// NaN: not valid weights), so an FP4 linear equals, bit for bit, the F32
+// linear of the dequantised matrix, as FP8's does. 0.5 byte a weight plus
+// 1/32 byte of scale.
 struct Matrix {
   const void* data = nullptr;
   DType dtype = DType::F32;
@@ -41,6 +57,8 @@ struct Matrix {
   bool packed = false;                // BF16 only: ops/packed.h layout
   // F8E4M3 only: [fp8_scale_rows(rows), fp8_scale_cols(cols)], row-major.
   const float* block_scales = nullptr;
+  // F4E2M1 only: [rows, fp4_scale_cols(cols)] E8M0 codes, row-major.
+  const uint8_t* e8m0_scales = nullptr;
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr).
@@ -51,6 +69,8 @@ struct Matrix {
 // weights in registers, many rows dequantise a block of weight rows into a
 // per-thread f32 scratch and run the f32 GEMM tiles on it; both give the
 // F32 linear's bits on the dequantised matrix, whatever m.
+// F4E2M1 weights likewise (0.5 byte a weight read; decode expands the codes
+// in registers through a 16-entry table of the block's scaled values).
 // x: [m, w.cols], y: [m, w.rows] with row stride ldy (0: w.rows; a larger
 // stride lets two linears fill the halves of one buffer, e.g. gate and up
 // projections read in place from the checkpoint); y must not alias x.
@@ -61,6 +81,8 @@ void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float
 // linear computes with (ref::matrix_at's). For load-time conversions
 // (int8 requantisation, unaligned tensor-parallel slices), not hot paths.
 void dequantize_fp8_row(const Matrix& w, int64_t row, int64_t c0, int64_t c1, float* out);
+// The same for an F4E2M1 matrix (ref::matrix_at's values).
+void dequantize_fp4_row(const Matrix& w, int64_t row, int64_t c0, int64_t c1, float* out);
 
 // Several linears of one input x (q/k/v, gate/up): x is prepared once (bf16
 // rounding) and one thread split covers all their output columns, so the
@@ -125,7 +147,12 @@ void layer_norm(const float* x, const float* weight, const float* bias, int64_t 
 
 // out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j] for j < inter;
 // gate_up: [m, 2 * inter] (gate then up), out: [m, inter].
-void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);
+// swiglu_limit L > 0 (DeepSeek V4's routed experts, spec §3.2.6) clamps
+// first: g = min(gate, L), u = clamp(up, -L, L), out = silu(g) * u (exact
+// clamps, so the result is silu_mul of the clamped inputs, bit for bit);
+// L = 0: no clamp.
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out,
+              float swiglu_limit = 0.0f);
 
 // Numerically stable in-place softmax of x[0..n).
 void softmax(float* x, int64_t n);

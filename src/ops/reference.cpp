@@ -17,6 +17,11 @@ float matrix_at(const Matrix& w, int64_t row, int64_t col) {
     return bf16_to_f32(h);
   }
   if (w.dtype == DType::I8) return static_cast<const int8_t*>(w.data)[i] * w.scales[row];
+  if (w.dtype == DType::F4E2M1) {  // low nibble = even column (ops.h)
+    const uint8_t byte = static_cast<const uint8_t*>(w.data)[row * (w.cols / 2) + col / 2];
+    const uint8_t scale = w.e8m0_scales[row * (w.cols / kFp4Block) + col / kFp4Block];
+    return f4e2m1_to_f32(col % 2 ? byte >> 4 : byte & 15) * f8e8m0_to_f32(scale);
+  }
   if (w.dtype == DType::F8E4M3) {
     const float scale =
         w.block_scales[row / kFp8Block * fp8_scale_cols(w.cols) + col / kFp8Block];
@@ -107,10 +112,14 @@ void layer_norm(const float* x, const float* weight, const float* bias, int64_t 
   }
 }
 
-void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out, float swiglu_limit) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < inter; ++j) {
-      const double g = gate_up[i * 2 * inter + j], u = gate_up[i * 2 * inter + inter + j];
+      double g = gate_up[i * 2 * inter + j], u = gate_up[i * 2 * inter + inter + j];
+      if (swiglu_limit > 0.0f) {  // V4: gate capped above, up clamped both ways
+        g = std::min(g, double{swiglu_limit});
+        u = std::clamp(u, -double{swiglu_limit}, double{swiglu_limit});
+      }
       out[i * inter + j] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
     }
   }

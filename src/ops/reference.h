@@ -18,7 +18,8 @@ void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* i
           const RopeParams& p);
 void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,
                 float eps, float* y);
-void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out);
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out,
+              float swiglu_limit = 0.0f);
 void softmax(float* x, int64_t n);
 void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out);
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
@@ -51,12 +52,16 @@ void indexer_topk(const float* q, const float* weights, const void* cache,
 // sorting. The experts' forward runs token by token in topk order, in f64.
 void moe_route(const float* logits, int64_t num_tokens, const MoeRouting& routing,
                int32_t* topk_ids, float* topk_weights);
+void moe_route_hashed(const float* logits, const int32_t* token_ids, int64_t num_tokens,
+                      const int32_t* tid2eid, int64_t vocab, const MoeRouting& routing,
+                      int32_t* topk_ids, float* topk_weights);
 void moe_experts_forward(const float* x, int64_t num_tokens, const int32_t* topk_ids,
                          const float* topk_weights, int top_k, const MoeExpert* experts,
-                         int num_experts, float* out);
+                         int num_experts, float* out, float swiglu_limit = 0.0f);
 
 // Element (row, col) of a weight matrix as f32 (I8: q * scale; F8E4M3:
-// f32(e4m3) * its block's scale, rounded once).
+// f32(e4m3) * its block's scale, rounded once; F4E2M1: the nibble's e2m1
+// value * its 32-block's E8M0 scale, exact).
 float matrix_at(const Matrix& w, int64_t row, int64_t col);
 
 // Int8 (ops/quant.h, quant_reference.cpp): one row's quantization (returns

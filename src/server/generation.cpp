@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <random>
 
 #include "core/error.h"
+#include "engine/bad_words.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/prompt_logprobs_json.h"
@@ -55,6 +57,21 @@ Json logprobs_json(GenerationContext& ctx, bool chat, const std::vector<SampledT
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}};
 }
 
+// vLLM's tool call ids: "chatcmpl-tool-" and random hex, unique enough
+// for a client to match a tool result to its call.
+std::string tool_call_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "chatcmpl-tool-%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+Json tool_call_json(const ParsedToolCall& call) {
+  return {{"id", tool_call_id()},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
 // An aborted request never finished scoring its prompt: null, as vLLM
 // leaves prompt_logprobs unset when it has none.
 Json prompt_logprobs_of(GenerationContext& ctx, const RequestOutput& out) {
@@ -78,6 +95,23 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
     for (const auto& ids : req.id_prompts) prompts.push_back(ids);
   }
   const int64_t max_len = ctx.engine.engine().max_model_len();
+  // The engine checks these ids too, but its InputError cannot name the field.
+  const int64_t vocab = ctx.engine.engine().model_config().vocab_size;
+  for (const auto& entry : req.sampling.logit_bias) {
+    if (entry.first >= vocab) {
+      throw bad_request("logit_bias names token " + std::to_string(entry.first) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                        "logit_bias");
+    }
+  }
+  for (int32_t id : req.sampling.allowed_token_ids) {
+    if (id >= vocab) {
+      throw bad_request("allowed_token_ids holds token " + std::to_string(id) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                        "allowed_token_ids");
+    }
+  }
+  const auto bad_words = bad_words_token_ids(ctx.engine.tokenizer(), req.bad_words);
   Submitted sub;
   sub.id = id;
   sub.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -89,6 +123,18 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
   sub.return_token_ids = req.return_token_ids;
   sub.prompt_logprobs = req.prompt_logprobs >= 0 && !req.stream;
   sub.n = req.n;
+  if (req.chat) {
+    const bool has_tools = req.chat_prompt.tools.is_array() && !req.chat_prompt.tools.empty();
+    if (req.tool_choice == "auto" && has_tools && !ctx.tool_format) {
+      throw bad_request(
+          "\"auto\" tool choice requires the server to be started with --enable-auto-tool-choice "
+          "and --tool-call-parser",
+          "tool_choice");
+    }
+    if (has_tools && req.tool_choice != "none") sub.tool_format = ctx.tool_format;
+    if (ctx.reasoning_format)
+      sub.thinking = starts_thinking(*ctx.reasoning_format, req.chat_prompt.chat_template_kwargs);
+  }
   for (size_t p = 0; p < prompts.size(); ++p) {
     const auto len = static_cast<int64_t>(prompts[p].size());
     if (len == 0) throw bad_request("the prompt is empty", req.chat ? "messages" : "prompt");
@@ -116,6 +162,10 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
     sub.prompt_tokens.push_back(len);
     for (int c = 0; c < req.n; ++c) {
       SamplingParams params = req.sampling;
+      params.bad_words_token_ids = bad_words;
+      // DeepSeek writes its tool-call markers as special tokens: the
+      // parser must see them (vLLM's tool parsers do the same).
+      if (sub.tool_format) params.skip_special_tokens = false;
       params.max_tokens = static_cast<int>(max_tokens);
       params.logprobs = req.top_logprobs;
       // Scored only when the response carries them (streams do not).
@@ -150,7 +200,25 @@ Json collect_response(GenerationContext& ctx, Submitted& sub) {
     Json choice = {{"index", i}, {"finish_reason", finish_reason_json(last->finish_reason)}};
     choice["logprobs"] =
         sub.top_logprobs >= 0 ? logprobs_json(ctx, sub.chat, last->logprobs, 0) : Json();
-    if (sub.chat) {
+    if (sub.parses_output()) {
+      ChatOutputParser parser(sub.thinking, sub.tool_format);
+      ChatOutputDelta whole = parser.feed(last->text);
+      ChatOutputDelta rest = parser.finish();
+      whole.reasoning += rest.reasoning;
+      whole.content += rest.content;
+      for (auto& c : rest.calls) whole.calls.push_back(std::move(c));
+      Json message = {{"role", "assistant"},
+                      {"content", whole.content.empty() ? Json() : Json(whole.content)}};
+      if (sub.thinking)
+        message["reasoning_content"] = whole.reasoning.empty() ? Json() : Json(whole.reasoning);
+      if (!whole.calls.empty()) {
+        Json calls = Json::array();
+        for (const auto& c : whole.calls) calls.push_back(tool_call_json(c));
+        message["tool_calls"] = calls;
+        choice["finish_reason"] = "tool_calls";
+      }
+      choice["message"] = message;
+    } else if (sub.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", last->text}};
     } else {
       choice["text"] = last->text;
@@ -182,7 +250,47 @@ Json collect_response(GenerationContext& ctx, Submitted& sub) {
   return response;
 }
 
+EventStream::EventStream(GenerationContext& ctx, Submitted sub)
+    : ctx_(ctx),
+      sub_(std::move(sub)),
+      done_(sub_.streams.size(), false),
+      sent_first_(sub_.streams.size(), false) {
+  if (sub_.parses_output()) {
+    for (size_t i = 0; i < sub_.streams.size(); ++i)
+      parsers_.emplace_back(sub_.thinking, sub_.tool_format);
+    calls_sent_.assign(sub_.streams.size(), 0);
+  }
+}
+
 EventStream::~EventStream() { abort_all("stream closed"); }
+
+std::vector<Json> EventStream::parsed_deltas(size_t choice, const RequestOutput& out) {
+  ChatOutputDelta d = parsers_[choice].feed(out.new_text);
+  if (out.finished) {
+    ChatOutputDelta rest = parsers_[choice].finish();
+    d.reasoning += rest.reasoning;
+    d.content += rest.content;
+    for (auto& c : rest.calls) d.calls.push_back(std::move(c));
+  }
+  std::vector<Json> deltas;
+  if (!d.reasoning.empty() || !d.content.empty()) {
+    Json delta = Json::object();
+    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+    if (!d.content.empty()) delta["content"] = d.content;
+    deltas.push_back(delta);
+  }
+  for (const ParsedToolCall& call : d.calls) {
+    const int index = calls_sent_[choice]++;
+    deltas.push_back({{"tool_calls", Json::array({{{"index", index},
+                                                   {"id", tool_call_id()},
+                                                   {"type", "function"},
+                                                   {"function", {{"name", call.name}, {"arguments", ""}}}}})}});
+    deltas.push_back(
+        {{"tool_calls",
+          Json::array({{{"index", index}, {"function", {{"arguments", call.arguments}}}}})}});
+  }
+  return deltas;
+}
 
 void EventStream::abort_all(const char* why) {
   for (size_t i = 0; i < sub_.streams.size(); ++i) {
@@ -195,6 +303,39 @@ void EventStream::abort_all(const char* why) {
 }
 
 std::string EventStream::chunk_for(size_t choice, const RequestOutput& out) {
+  if (sub_.parses_output()) {
+    std::vector<Json> deltas = parsed_deltas(choice, out);
+    const bool extras = sub_.top_logprobs >= 0 || sub_.return_token_ids;
+    // Text the parser holds back (a possible marker, a call in progress)
+    // sends nothing yet, unless the client asked for per-token fields.
+    if (deltas.empty() && !out.finished && !extras) return "";
+    if (deltas.empty()) deltas.push_back(Json::object());
+    std::string events;
+    for (size_t k = 0; k < deltas.size(); ++k) {
+      const bool first = !sent_first_[choice];
+      sent_first_[choice] = true;
+      const bool last = k + 1 == deltas.size();
+      if (first) deltas[k]["role"] = "assistant";
+      Json c = {{"index", choice}, {"delta", deltas[k]}};
+      c["logprobs"] = k == 0 && sub_.top_logprobs >= 0 && !out.new_token_ids.empty()
+                          ? logprobs_json(ctx_, true, out.logprobs,
+                                          out.logprobs.size() - out.new_token_ids.size())
+                          : Json();
+      c["finish_reason"] =
+          last && out.finished
+              ? Json(calls_sent_[choice] > 0 ? "tool_calls" : finish_reason_json(out.finish_reason))
+              : Json();
+      if (k == 0 && sub_.return_token_ids) c["token_ids"] = out.new_token_ids;
+      Json chunk = {{"id", sub_.id},
+                    {"object", "chat.completion.chunk"},
+                    {"created", sub_.created},
+                    {"model", ctx_.model_name},
+                    {"choices", Json::array({c})}};
+      if (sub_.return_token_ids && first) chunk["prompt_token_ids"] = out.prompt_ids;
+      events += "data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+    }
+    return events;
+  }
   Json c = {{"index", choice}};
   c["finish_reason"] = out.finished ? Json(finish_reason_json(out.finish_reason)) : Json();
   c["logprobs"] = sub_.top_logprobs >= 0 && !out.new_token_ids.empty()

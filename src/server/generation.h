@@ -12,6 +12,7 @@
 
 #include "engine/async_engine.h"
 #include "server/metrics.h"
+#include "server/chat_output_parser.h"
 #include "server/protocol.h"
 
 namespace pagoda::server {
@@ -21,6 +22,10 @@ struct GenerationContext {
   Metrics& metrics;
   std::string model_name;
   std::string chat_template;  // "" when the model has none
+  // --reasoning-parser; nullopt = off.
+  std::optional<ReasoningFormat> reasoning_format;
+  // --enable-auto-tool-choice --tool-call-parser; null = off.
+  const ToolCallFormat* tool_format = nullptr;
 };
 
 // A submitted request: one stream per (prompt, choice).
@@ -36,6 +41,12 @@ struct Submitted {
   std::vector<std::string> request_ids;
   std::vector<int64_t> prompt_tokens;  // per prompt
   int n = 1;
+  // How each chat choice's output is split (ChatOutputParser): nullopt
+  // without a reasoning parser, else whether it starts in reasoning; the
+  // tool-call format when the request's tools are parsed, else null.
+  std::optional<bool> thinking;
+  const ToolCallFormat* tool_format = nullptr;
+  bool parses_output() const { return chat && (thinking || tool_format); }
 };
 
 // Validates, prepares prompts and submits; throws ApiError.
@@ -51,11 +62,7 @@ nlohmann::json collect_response(GenerationContext& ctx, Submitted& sub);
 // by the streams' listeners, passes wait = 0.
 class EventStream {
  public:
-  EventStream(GenerationContext& ctx, Submitted sub)
-      : ctx_(ctx),
-        sub_(std::move(sub)),
-        done_(sub_.streams.size(), false),
-        sent_first_(sub_.streams.size(), false) {}
+  EventStream(GenerationContext& ctx, Submitted sub);
   ~EventStream();
   std::string next_events(bool* finished,
                           std::chrono::milliseconds wait = std::chrono::milliseconds(50));
@@ -64,6 +71,10 @@ class EventStream {
 
  private:
   std::string chunk_for(size_t choice, const RequestOutput& out);
+  // The delta objects an output gives when its text is parsed: reasoning
+  // and content, then each completed tool call as two deltas (its id and
+  // name, then its arguments), as OpenAI streams them.
+  std::vector<nlohmann::json> parsed_deltas(size_t choice, const RequestOutput& out);
   // Whether an output is worth a chunk (not an empty text delta).
   bool sends(const RequestOutput& out) const;
   GenerationContext& ctx_;
@@ -71,6 +82,10 @@ class EventStream {
   std::vector<bool> done_;
   // A choice's first chunk carries the chat role and the prompt ids.
   std::vector<bool> sent_first_;
+  // Per choice, with sub_.parses_output(): its parser and how many tool
+  // calls it has sent (the next call's index).
+  std::vector<ChatOutputParser> parsers_;
+  std::vector<int> calls_sent_;
   int64_t completion_tokens_ = 0;
   bool finished_ = false;
 };

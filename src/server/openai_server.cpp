@@ -8,6 +8,8 @@
 #include "server/generation_reply.h"
 #include "server/json_depth.h"
 #include "server/protocol.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
 #include "server/tokenize.h"
 #include "server/worker_pool.h"
 
@@ -46,6 +48,19 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServerOptions options)
   Impl& s = *impl_;
   s.ctx = std::make_unique<GenerationContext>(GenerationContext{
       engine_, s.metrics, options_.served_model_name, engine_.tokenizer().chat_template()});
+  // The CLI checks the names; a wrong one here is a caller's bug.
+  if (!options_.reasoning_parser.empty()) {
+    s.ctx->reasoning_format = reasoning_format_from_name(options_.reasoning_parser);
+    if (!s.ctx->reasoning_format)
+      throw InputError("unknown reasoning parser '" + options_.reasoning_parser + "' (known: " +
+                       reasoning_format_names() + ")");
+  }
+  if (!options_.tool_call_parser.empty()) {
+    s.ctx->tool_format = tool_call_format(options_.tool_call_parser);
+    if (!s.ctx->tool_format)
+      throw InputError("unknown tool call parser '" + options_.tool_call_parser + "' (known: " +
+                       tool_call_format_names() + ")");
+  }
   s.pool = std::make_unique<WorkerPool>(options_.http_threads);
   TransportOptions t;
   t.host = options_.host;

@@ -28,6 +28,12 @@ struct ServerOptions {
   std::chrono::milliseconds header_timeout{10'000};      // first byte -> end of headers
   std::chrono::milliseconds body_timeout{30'000};        // end of headers -> end of body
   std::chrono::milliseconds keep_alive_timeout{60'000};  // idle connection closes
+  // vLLM's --reasoning-parser (server/reasoning_parser.h); "" = off.
+  std::string reasoning_parser;
+  // vLLM's --enable-auto-tool-choice with --tool-call-parser
+  // (server/tool_call_parser.h): tool calls in chat output are parsed when
+  // a request gives tools; "" = off.
+  std::string tool_call_parser;
 };
 
 class OpenAIServer {

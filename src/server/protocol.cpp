@@ -1,5 +1,6 @@
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -138,6 +139,41 @@ void parse_stop(const Json& stop, std::vector<std::string>& out) {
   }
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}. OpenAI refuses
+// a bias out of range (vLLM clamps it); a refusal tells the client its
+// value did not do what it asked.
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& j) {
+  if (!j.is_object())
+    throw bad_request("logit_bias must be an object mapping token ids to biases", "logit_bias");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : j.items()) {
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) id = std::stoll(key);
+    if (!digits || id > INT32_MAX) {
+      throw bad_request("logit_bias keys must be token ids (non-negative integers), got \"" +
+                            utf8::lossy(key) + "\"",
+                        "logit_bias");
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+      throw bad_request("logit_bias values must be numbers in [-100, 100], got " + value.dump() +
+                            " for token " + key,
+                        "logit_bias");
+    }
+    out.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  // "7" and "007" are the same token: one bias each, as the client meant.
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i].first == out[i - 1].first) {
+      throw bad_request("logit_bias names token " + std::to_string(out[i].first) + " twice",
+                        "logit_bias");
+    }
+  }
+  return out;
+}
+
 // Fields of the OpenAI / vLLM APIs that would change what is generated but
 // that Pagoda does not implement: answering without them would silently
 // return something other than what was asked, so each non-default value is
@@ -145,11 +181,6 @@ void parse_stop(const Json& stop, std::vector<std::string>& out) {
 // since clients often send them.
 void refuse_unimplemented(const Json& j, int n) {
   const Reader f(j);
-  if (f.has("logit_bias")) {
-    if (!j["logit_bias"].is_object())
-      throw f.error("logit_bias", "must be an object mapping token ids to biases");
-    if (!j["logit_bias"].empty()) throw f.error("logit_bias", "is not supported yet");
-  }
   if (f.has("best_of")) {
     int64_t best_of = n;
     f.integer("best_of", best_of, 1, INT32_MAX);
@@ -178,12 +209,6 @@ void refuse_unimplemented(const Json& j, int n) {
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                           "structured_outputs", "chat_template"}) {
     if (f.has(key)) throw f.error(key, "is not supported");
-  }
-  // "required" or a named function needs constrained decoding too.
-  if (f.has("tool_choice")) {
-    const Json& tc = j["tool_choice"];
-    if (!(tc == "none" || tc == "auto"))
-      throw f.error("tool_choice", "is not supported (only \"none\" or \"auto\")");
   }
 }
 
@@ -233,6 +258,23 @@ void parse_common(const Json& j, GenerationRequest& r) {
     // option at all).
     if (!r.stream && !so.empty())
       throw bad_request("stream_options is only allowed with stream: true", "stream_options");
+  }
+  if (f.has("logit_bias")) s.logit_bias = parse_logit_bias(j["logit_bias"]);
+  if (f.has("allowed_token_ids")) {
+    if (!j["allowed_token_ids"].is_array() || j["allowed_token_ids"].empty())
+      throw f.error("allowed_token_ids", "must be a non-empty list of token ids");
+    s.allowed_token_ids = token_list(j["allowed_token_ids"], "allowed_token_ids");
+  }
+  if (f.has("bad_words")) {
+    const Json& words = j["bad_words"];
+    if (!words.is_array()) throw f.error("bad_words", "must be a list of strings");
+    for (const auto& w : words) {
+      // A word of only spaces would tokenize to nothing (vLLM strips the
+      // leading spaces) and ban nothing: refused rather than ignored.
+      if (!w.is_string() || w.get<std::string>().find_first_not_of(' ') == std::string::npos)
+        throw f.error("bad_words", "must hold non-empty strings");
+      r.bad_words.push_back(w.get<std::string>());
+    }
   }
   f.boolean("return_token_ids", r.return_token_ids);
   // vLLM's range (its default max_logprobs is 20, which also rules out -1,
@@ -312,6 +354,10 @@ ChatPrompt parse_chat_prompt(const Json& j) {
   p.messages = j["messages"];
   // Content given as a list of {"type": "text", "text": ...} parts is joined.
   for (auto& m : p.messages) {
+    // An assistant turn that only called tools has content null (as the
+    // OpenAI API returns it); templates test it with `in`, so it renders
+    // as "", as vLLM's message parsing makes it.
+    if (m.contains("content") && m["content"].is_null()) m["content"] = "";
     if (m.contains("content") && m["content"].is_array()) {
       std::string text;
       for (const auto& part : m["content"]) {
@@ -325,8 +371,35 @@ ChatPrompt parse_chat_prompt(const Json& j) {
       m["content"] = text;
     }
   }
+  for (const auto& m : j["messages"]) {
+    if (!m.contains("tool_calls") || m["tool_calls"].is_null()) continue;
+    // The templates index these without checks; a wrong shape would fail
+    // deep in rendering with a message naming no field.
+    bool ok = m["tool_calls"].is_array();
+    for (const auto& call : ok ? m["tool_calls"] : Json::array()) {
+      ok = ok && call.is_object() && call.contains("function") && call["function"].is_object() &&
+           call["function"].contains("name") && call["function"]["name"].is_string() &&
+           call["function"].contains("arguments") &&
+           (call["function"]["arguments"].is_string() || call["function"]["arguments"].is_object());
+    }
+    if (!ok) {
+      throw bad_request(
+          "a message's tool_calls must be a list of {\"id\", \"type\": \"function\", \"function\": "
+          "{\"name\": string, \"arguments\": string}}",
+          "messages");
+    }
+  }
   if (j.contains("tools") && !j["tools"].is_null()) {
     if (!j["tools"].is_array()) throw bad_request("tools must be a list", "tools");
+    for (const auto& tool : j["tools"]) {
+      if (!tool.is_object() || tool.value("type", Json()) != "function" ||
+          !tool.contains("function") || !tool["function"].is_object() ||
+          !tool["function"].contains("name") || !tool["function"]["name"].is_string()) {
+        throw bad_request(
+            "each tool must be {\"type\": \"function\", \"function\": {\"name\": string, ...}}",
+            "tools");
+      }
+    }
     p.tools = j["tools"];
   }
   const Reader f(j);
@@ -420,6 +493,21 @@ GenerationRequest parse_chat_request(const std::string& body) {
   parse_common(j, r);
   r.chat_prompt = parse_chat_prompt(j);
   const Reader f(j);
+  if (f.has("tool_choice")) {
+    const Json& tc = j["tool_choice"];
+    if (tc == "none" || tc == "auto") {
+      r.tool_choice = tc.get<std::string>();
+    } else if (tc == "required" || tc.is_object()) {
+      // Forcing a call needs constrained decoding (issue 21, item 3):
+      // refused rather than answered with a call the model may not make.
+      throw f.error("tool_choice", std::string(tc.is_object() ? "naming a function" : "\"required\"") +
+                                       " is not supported yet (it needs constrained decoding); use "
+                                       "\"auto\" or \"none\"");
+    } else {
+      throw f.error("tool_choice",
+                    "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+    }
+  }
   bool logprobs = false;
   f.boolean("logprobs", logprobs);
   int top = 0;

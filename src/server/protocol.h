@@ -46,6 +46,13 @@ struct GenerationRequest {
   // response, and prompt_logprobs (top N per prompt position; -1: none).
   bool return_token_ids = false;
   int prompt_logprobs = -1;
+  // vLLM's bad_words, tokenized into sampling.bad_words_token_ids at
+  // submission (the tokenizer lives with the engine).
+  std::vector<std::string> bad_words;
+  // Chat: "none", "auto" or "" (not given; "auto" when tools are given,
+  // as vLLM). "required" and named functions need constrained decoding
+  // and are refused for now.
+  std::string tool_choice;
   SamplingParams sampling;  // max_tokens filled in later
 };
 

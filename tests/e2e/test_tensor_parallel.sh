@@ -68,6 +68,9 @@ check_model() {
   elif [[ ${gen_args[0]} == "--deepseek" ]]; then
     $py "$tools/make_deepseek_checkpoint.py" --out "$dir" "${gen_args[@]:1}" >/dev/null ||
       { fail "$name: could not build the checkpoint"; return; }
+  elif [[ ${gen_args[0]} == "--deepseek-v4" ]]; then
+    $py "$tools/make_deepseek_v4_checkpoint.py" --out "$dir" "${gen_args[@]:1}" >/dev/null ||
+      { fail "$name: could not build the checkpoint"; return; }
   elif ! $py "$tools/make_tiny_checkpoint.py" --out "$dir" "${gen_args[@]}"; then
     fail "$name: could not build the checkpoint"; return
   fi
@@ -114,6 +117,12 @@ check_model deepseek-v3-f32 2 --deepseek --dtype f32 --seed 21
 check_model deepseek-v3-fp8 2 --deepseek --dtype bf16 --fp8 --seed 22
 # V3.2: the lightning indexer and its key cache replicated on every rank.
 check_model deepseek-v32-f32 2 --deepseek --arch v32 --dtype f32 --seed 23
+# V4: heads split by whole output groups (wq_b rows, sinks, wo_a groups,
+# wo_b columns) and every expert's intermediate features (FP4 experts on
+# 32-column boundaries); the K=V entry, compressors, indexer and every
+# cache replicated.
+check_model deepseek-v4-f32 2 --deepseek-v4 --dtype f32 --seed 24
+check_model deepseek-v4-fp8-fp4 2 --deepseek-v4 --dtype bf16 --fp8 --fp4-experts --seed 25
 fi
 
 if want generate; then

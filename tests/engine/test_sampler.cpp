@@ -219,6 +219,101 @@ TEST(Sampler, MinTokensMasksStopIds) {
   EXPECT_EQ(sample_token(l, p, {}, two, stop, rng).token, 0);
 }
 
+// softmax(x) in double, for the constraint tests' expected distributions.
+std::vector<double> softmax(const std::vector<double>& x) {
+  double z = 0;
+  for (double v : x) z += std::isinf(v) ? 0 : std::exp(v);
+  std::vector<double> p;
+  for (double v : x) p.push_back(std::isinf(v) ? 0 : std::exp(v) / z);
+  return p;
+}
+
+TEST(Sampler, LogitBiasIsAddedBeforeSamplingAndNotToLogprobs) {
+  SamplingParams p;
+  p.seed = 3;
+  p.logprobs = 0;
+  p.logit_bias = {{6, 4.0f}, {0, -100.0f}, {3, 1.5f}};
+  std::vector<double> biased(kLogits.begin(), kLogits.end());
+  biased[6] += 4.0;
+  biased[0] -= 100.0;
+  biased[3] += 1.5;
+  const auto want = softmax(biased);
+  const auto got = empirical(p, 200000);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.006) << "token " << i;
+  // Greedy: the best biased logit (1.5, ids 1 and 4: the lower id), and the
+  // reported logprob is the raw model's.
+  p.temperature = 0;
+  std::vector<float> l = kLogits;
+  SequenceRng rng(p);
+  const auto s = sample_token(l, p, {}, {}, {}, rng);
+  EXPECT_EQ(s.token, 1);
+  double z = 0;
+  for (float x : kLogits) z += std::exp(double{x});
+  EXPECT_NEAR(s.logprob, kLogits[1] - std::log(z), 1e-5);
+  p.logit_bias = {{6, 100.0f}};
+  l = kLogits;
+  EXPECT_EQ(sample_token(l, p, {}, {}, {}, rng).token, 6);
+}
+
+TEST(Sampler, AllowedTokenIdsRestrictAndRenormalize) {
+  SamplingParams p;
+  p.seed = 5;
+  p.allowed_token_ids = {3, 6, 7};
+  std::vector<double> masked(kLogits.size(), -INFINITY);
+  for (int32_t id : p.allowed_token_ids) masked[id] = kLogits[id];
+  const auto want = softmax(masked);
+  const auto got = empirical(p, 100000);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 0.006) << "token " << i;
+    if (want[i] == 0) EXPECT_EQ(got[i], 0) << "token " << i << " is not allowed";
+  }
+  p.temperature = 0;
+  std::vector<float> l = kLogits;
+  SequenceRng rng(p);
+  EXPECT_EQ(sample_token(l, p, {}, {}, {}, rng).token, 7);  // 0.0 beats -1 and -3
+}
+
+TEST(Sampler, BadWordsMaskTheTokenThatWouldCompleteAWord) {
+  SamplingParams p;
+  p.temperature = 0;
+  // A one-token word is always banned; a two-token word only right after
+  // its first token.
+  p.bad_words_token_ids = {{0}, {5, 1}};
+  SequenceRng rng(p);
+  std::vector<float> l = kLogits;
+  EXPECT_EQ(sample_token(l, p, {}, {}, {}, rng).token, 1);  // 0 banned
+  l = kLogits;
+  const std::vector<int32_t> after_5 = {2, 5}, after_2 = {5, 2};
+  EXPECT_EQ(sample_token(l, p, {}, after_5, {}, rng).token, 4);  // 0 and 1 banned; 4 ties 1
+  l = kLogits;
+  EXPECT_EQ(sample_token(l, p, {}, after_2, {}, rng).token, 1);
+  // The prompt does not count: only what was generated can start a word.
+  l = kLogits;
+  const std::vector<int32_t> prompt = {5};
+  EXPECT_EQ(sample_token(l, p, prompt, {}, {}, rng).token, 1);
+}
+
+TEST(SamplingParams, TokenIdsAreCheckedAgainstTheVocabulary) {
+  auto message = [](SamplingParams p) -> std::string {
+    try {
+      p.validate_token_ids(8);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  SamplingParams p;
+  EXPECT_EQ(message(p), "");
+  p.logit_bias = {{8, 1.0f}};
+  EXPECT_NE(message(p).find("logit_bias"), std::string::npos) << message(p);
+  p = {};
+  p.allowed_token_ids = {7, -1};
+  EXPECT_NE(message(p).find("allowed_token_ids"), std::string::npos) << message(p);
+  p = {};
+  p.bad_words_token_ids = {{1, 9}};
+  EXPECT_NE(message(p).find("bad_words"), std::string::npos) << message(p);
+}
+
 TEST(SamplingParams, ValidateNamesTheField) {
   auto expect_bad = [](auto edit, const std::string& field) {
     SamplingParams p;
@@ -245,6 +340,9 @@ TEST(SamplingParams, ValidateNamesTheField) {
   expect_bad([](SamplingParams& p) { p.prompt_logprobs = 21; }, "prompt_logprobs");
   expect_bad([](SamplingParams& p) { p.prompt_logprobs = -2; }, "prompt_logprobs");
   expect_bad([](SamplingParams& p) { p.stop = {""}; }, "stop");
+  expect_bad([](SamplingParams& p) { p.logit_bias = {{1, 100.5f}}; }, "logit_bias");
+  expect_bad([](SamplingParams& p) { p.logit_bias = {{1, NAN}}; }, "logit_bias");
+  expect_bad([](SamplingParams& p) { p.bad_words_token_ids = {{}}; }, "bad_words");
   EXPECT_NO_THROW(SamplingParams().validate());
 }
 

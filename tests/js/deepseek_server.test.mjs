@@ -1,6 +1,8 @@
 // `pagoda serve` on a tiny random DeepSeek V3 checkpoint (MLA + MoE, FP8
 // block-scaled weights; written by tools/make_deepseek_checkpoint.py; V3.2
-// with its lightning indexer when PAGODA_DEEPSEEK_ARCH=v32) with
+// with its lightning indexer when PAGODA_DEEPSEEK_ARCH=v32; V4 with
+// compressed attention, FP8 weights and FP4 experts when it is v4, written
+// by tools/make_deepseek_v4_checkpoint.py) with
 // the official OpenAI client: completions from token ids and text, batched
 // and streamed, equal the offline greedy tokens of `pagoda generate`.
 // Usage: node --test deepseek_server.test.mjs   (PAGODA_BINARY and PAGODA_SOURCE_DIR in the environment)
@@ -18,7 +20,9 @@ const src = process.env.PAGODA_SOURCE_DIR;
 if (!binary || !src) throw new Error("set PAGODA_BINARY and PAGODA_SOURCE_DIR");
 const dir = mkdtempSync(join(tmpdir(), "pagoda-deepseek-"));
 const model = join(dir, "model");
-const engineArgs = ["--block-size", "4", "--threads", "1"];
+const arch = process.env.PAGODA_DEEPSEEK_ARCH ?? "v3";
+// V4's compressed caches need 256-position blocks (its default).
+const engineArgs = arch === "v4" ? ["--threads", "1"] : ["--block-size", "4", "--threads", "1"];
 
 // Greedy token ids of each prompt (lists of ids), one request at a time.
 function offlineGreedy(prompts, maxTokens) {
@@ -32,8 +36,10 @@ function offlineGreedy(prompts, maxTokens) {
 
 let server, client;
 before(async () => {
-  execFileSync("/usr/bin/python3", [join(src, "tools/make_deepseek_checkpoint.py"), "--out", model, "--fp8",
-    "--seed", "5", "--arch", process.env.PAGODA_DEEPSEEK_ARCH ?? "v3"], { stdio: "ignore" });
+  const writer = arch === "v4"
+    ? [join(src, "tools/make_deepseek_v4_checkpoint.py"), "--out", model, "--fp8", "--fp4-experts", "--seed", "5"]
+    : [join(src, "tools/make_deepseek_checkpoint.py"), "--out", model, "--fp8", "--seed", "5", "--arch", arch];
+  execFileSync("/usr/bin/python3", writer, { stdio: "ignore" });
   const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "ds", "--port", "0", ...engineArgs]);
   server = await waitForServer(proc, 60000);
   client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0 });
@@ -80,5 +86,5 @@ test("/metrics reports the KV cache's token capacity, as the start-up line does"
   const capacity = Number(metrics.match(/^pagoda_kv_cache_token_capacity (\d+)/m)[1]);
   const blocks = Number(metrics.match(/^pagoda_kv_cache_blocks_total (\d+)/m)[1]);
   assert.equal(capacity, slots);
-  assert.equal(capacity, blocks * 4);  // --block-size 4
+  assert.equal(capacity, blocks * (arch === "v4" ? 256 : 4));  // the block size
 });

@@ -216,7 +216,13 @@ test("bad input gets the right 4xx and a JSON error; the server still works", as
     ["/v1/completions", '{"prompt": "hi", "top_k": 18446744073709551615}', 400, "top_k"],
     ["/v1/completions", '{"prompt": "hi", "seed": 18446744073709551615}', 400, "seed"],
     ["/v1/completions", JSON.stringify({ prompt: "hi", logit_bias: "x" }), 400, "logit_bias"],
-    ["/v1/completions", JSON.stringify({ prompt: "hi", logit_bias: { 5: 10 } }), 400, "logit_bias"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", logit_bias: { 5: 101 } }), 400, "logit_bias"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", logit_bias: { x: 1 } }), 400, "logit_bias"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", logit_bias: { 99999: 1 } }), 400, "logit_bias"],
+    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "hi" }], logit_bias: { 1: "x" } }), 400, "logit_bias"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", allowed_token_ids: [] }), 400, "allowed_token_ids"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", allowed_token_ids: [99999] }), 400, "allowed_token_ids"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", bad_words: "once" }), 400, "bad_words"],
     ["/v1/completions", JSON.stringify({ prompt: "hi", best_of: 3 }), 400, "best_of"],
     ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "hi" }], response_format: { type: "json_object" } }), 400, "response_format"],
     ["/v1/completions", JSON.stringify({ prompt: "hi", stop: Array(1025).fill("x") }), 400, "stop"],
@@ -236,6 +242,37 @@ test("bad input gets the right 4xx and a JSON error; the server still works", as
   assert.equal(many.usage.completion_tokens, 4);
   const ok = await client.completions.create({ model: "stories", prompt: "Once upon a time", max_tokens: 4, temperature: 0 });
   assert.equal(ok.usage.completion_tokens, 4);
+});
+
+// OpenAI's logit_bias and vLLM's allowed_token_ids / bad_words change what
+// is sampled, for the requests that carry them only.
+test("logit_bias, allowed_token_ids and bad_words", async () => {
+  const base = { model: "stories", prompt: "Once upon a time", max_tokens: 12, temperature: 1, seed: 11, return_token_ids: true };
+  const biased = await client.completions.create({ ...base, logit_bias: { 300: 100 } });
+  assert.deepEqual(biased.choices[0].token_ids, Array(12).fill(300));
+  const banned = await client.completions.create({ ...base, temperature: 0, logit_bias: { 300: -100 }, max_tokens: 24 });
+  assert.ok(!banned.choices[0].token_ids.includes(300));
+  const allowed = [300, 301, 302];
+  const restricted = await client.completions.create({ ...base, max_tokens: 16, allowed_token_ids: allowed });
+  assert.equal(restricted.choices[0].token_ids.length, 16);
+  assert.ok(restricted.choices[0].token_ids.every((t) => allowed.includes(t)), JSON.stringify(restricted.choices[0].token_ids));
+  // An unbiased request in the same batch is untouched: greedy equals offline.
+  const [plainResult, other] = await Promise.all([
+    client.completions.create({ model: "stories", prompt: prompts[0], max_tokens: 24, temperature: 0 }),
+    client.completions.create({ ...base, logit_bias: { 300: 100 } }),
+  ]);
+  assert.equal(plainResult.choices[0].text, offlineGreedy([prompts[0]], 24)[0]);
+  assert.deepEqual(other.choices[0].token_ids, Array(12).fill(300));
+  // bad_words: the greedy text's first word never appears as its tokens.
+  const greedy = await client.completions.create({ ...base, temperature: 0, max_tokens: 24 });
+  const word = (greedy.choices[0].text.match(/[A-Za-z]{3,}/) || [""])[0];
+  assert.ok(word.length > 0, greedy.choices[0].text);
+  const wordIds = (await (await fetch(server.url + "/tokenize", { method: "POST", body: JSON.stringify({ prompt: word, add_special_tokens: false }) })).json()).tokens;
+  const contains = (ids, seq) => ids.some((_, i) => seq.every((t, k) => ids[i + k] === t));
+  assert.ok(contains(greedy.choices[0].token_ids, wordIds), `${word} ${wordIds} ${greedy.choices[0].token_ids}`);
+  const clean = await client.completions.create({ ...base, temperature: 0, max_tokens: 24, bad_words: [word] });
+  assert.ok(!contains(clean.choices[0].token_ids, wordIds), `${word} still in ${clean.choices[0].text}`);
+  assert.notEqual(clean.choices[0].text, greedy.choices[0].text);
 });
 
 test("api key, queue limit", async () => {

@@ -116,13 +116,33 @@ TEST(Protocol, EveryNumericFieldRejectsEveryWrongValue) {
   }
 }
 
-// logit_bias is not implemented: refuse it instead of ignoring it.
-TEST(Protocol, LogitBiasIsRefusedUntilImplemented) {
-  EXPECT_EQ(rejected_param(completion_with("logit_bias", R"("x")")), "logit_bias");
-  EXPECT_EQ(rejected_param(completion_with("logit_bias", "[1]")), "logit_bias");
-  EXPECT_EQ(rejected_param(completion_with("logit_bias", R"({"50256": -100})")), "logit_bias");
-  EXPECT_EQ(rejected_param(chat_with("logit_bias", R"({"1": 5})"), true), "logit_bias");
+// logit_bias ({"<token id>": bias in [-100, 100]}), allowed_token_ids and
+// bad_words: what is accepted reaches SamplingParams, the rest is a 400.
+TEST(Protocol, LogitBiasAllowedTokenIdsAndBadWords) {
+  for (const char* bad : {R"("x")", "[1]", R"({"a": 1})", R"({"-1": 1})", R"({"1.5": 1})",
+                          R"({"": 1})", R"({"99999999999": 1})", R"({"1": 100.5})",
+                          R"({"1": -101})", R"({"1": "5"})", R"({"1": null})", R"({"1": 1, "01": 2})"}) {
+    EXPECT_EQ(rejected_param(completion_with("logit_bias", bad)), "logit_bias") << bad;
+    EXPECT_EQ(rejected_param(chat_with("logit_bias", bad), true), "logit_bias") << bad;
+  }
   EXPECT_EQ(rejected_param(completion_with("logit_bias", "{}")), "<accepted>");
+  const GenerationRequest r = parse_chat_request(
+      chat_with("logit_bias", R"({"50256": -100, "7": 2.5, "0": 100})"));
+  const std::vector<std::pair<int32_t, float>> want = {{0, 100.0f}, {7, 2.5f}, {50256, -100.0f}};
+  EXPECT_EQ(r.sampling.logit_bias, want);
+
+  for (const char* bad : {"[]", "3", "[-1]", "[1.5]", R"(["1"])", "[4294967296]"}) {
+    EXPECT_EQ(rejected_param(completion_with("allowed_token_ids", bad)), "allowed_token_ids")
+        << bad;
+  }
+  EXPECT_EQ(parse_completion_request(completion_with("allowed_token_ids", "[3, 1]"))
+                .sampling.allowed_token_ids,
+            (std::vector<int32_t>{3, 1}));
+
+  for (const char* bad : {R"("word")", "[1]", R"([""])", R"(["  "])", "[null]"})
+    EXPECT_EQ(rejected_param(chat_with("bad_words", bad), true), "bad_words") << bad;
+  EXPECT_EQ(parse_completion_request(completion_with("bad_words", R"(["cat", " dog"])")).bad_words,
+            (std::vector<std::string>{"cat", " dog"}));
 }
 
 // Other fields that would change the output but are not implemented.
@@ -140,7 +160,12 @@ TEST(Protocol, UnimplementedOutputChangingFieldsAreRefused) {
   EXPECT_EQ(rejected_param(chat_with("guided_json", R"({"type": "object"})"), true), "guided_json");
   EXPECT_EQ(rejected_param(chat_with("chat_template", R"("{{ 1 }}")"), true), "chat_template");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("required")"), true), "tool_choice");
+  EXPECT_EQ(rejected_param(chat_with("tool_choice", R"({"type": "function", "function": {"name": "f"}})"), true),
+            "tool_choice");
+  EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("sometimes")"), true), "tool_choice");
+  EXPECT_EQ(rejected_param(chat_with("tool_choice", "3"), true), "tool_choice");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("auto")"), true), "<accepted>");
+  EXPECT_EQ(parse_chat_request(chat_with("tool_choice", R"("none")")).tool_choice, "none");
 }
 
 // vLLM's extensions: prompt_logprobs in [0, 20] (vLLM's max_logprobs), not
@@ -265,6 +290,31 @@ TEST(Protocol, ContentPartsOfTheWrongShapeAre400s) {
       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                     {"type": "text", "text": "b"}]}]})");
   EXPECT_EQ(r.chat_prompt.messages[0]["content"], "ab");
+}
+
+// Tools and the tool calls of earlier assistant turns reach the template
+// only in the shapes the templates read; anything else is a 400.
+TEST(Protocol, ToolsAndToolCallsHaveTheirShapes) {
+  const std::string user = R"({"role": "user", "content": "Weather?"})";
+  auto with_tools = [&](const std::string& tools) {
+    return R"({"messages": [)" + user + R"(], "tools": )" + tools + "}";
+  };
+  EXPECT_EQ(rejected_param(with_tools(R"([{"type": "function", "function": {"name": "f"}}])"), true),
+            "<accepted>");
+  for (const char* bad : {"[1]", R"([{"type": "code"}])", R"([{"type": "function"}])",
+                          R"([{"type": "function", "function": {"name": 3}}])"}) {
+    EXPECT_EQ(rejected_param(with_tools(bad), true), "tools") << bad;
+  }
+  auto with_calls = [&](const std::string& calls) {
+    return R"({"messages": [)" + user + R"(, {"role": "assistant", "content": null, "tool_calls": )" +
+           calls + R"(}, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]})";
+  };
+  EXPECT_EQ(rejected_param(with_calls(R"([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}])"), true),
+            "<accepted>");
+  for (const char* bad : {"{}", "[1]", R"([{"function": {"name": "f"}}])",
+                          R"([{"function": {"name": "f", "arguments": 3}}])"}) {
+    EXPECT_EQ(rejected_param(with_calls(bad), true), "messages") << bad;
+  }
 }
 
 }  // namespace

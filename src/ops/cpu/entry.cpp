@@ -50,10 +50,14 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   for (int i = 0; i < count; ++i) {
     const Matrix& w = *outs[i].w;
     PAGODA_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::I8 ||
-                     w.dtype == DType::F8E4M3,
+                     w.dtype == DType::F8E4M3 || w.dtype == DType::F4E2M1,
                  "linear: unsupported weight dtype {}", dtype_name(w.dtype));
     PAGODA_CHECK(w.dtype != DType::F8E4M3 || (w.block_scales && !w.packed),
                  "linear: F8E4M3 weights need block scales and a row-major layout");
+    PAGODA_CHECK(w.dtype != DType::F4E2M1 || (w.e8m0_scales && !w.packed && k % kFp4Block == 0),
+                 "linear: F4E2M1 weights need E8M0 scales, a row-major layout and cols a "
+                 "multiple of {} (got {})",
+                 kFp4Block, k);
     PAGODA_CHECK(w.cols == k, "linear_multi: output {} has {} cols, x has {}", i, w.cols, k);
     PAGODA_CHECK(outs[i].ldy == 0 || outs[i].ldy >= w.rows, "linear: output stride {} < {} rows",
                  outs[i].ldy, w.rows);
@@ -107,7 +111,10 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
         continue;
       }
       const int64_t n0 = u_lo * kColumnUnit, n1 = std::min(n, u_hi * kColumnUnit);
-      if (o.w->dtype == DType::F8E4M3) {
+      if (o.w->dtype == DType::F4E2M1) {
+        kt.linear_fp4(x, m, static_cast<const uint8_t*>(o.w->data), o.w->e8m0_scales, k, ldy,
+                      o.bias, o.y, n0, n1);
+      } else if (o.w->dtype == DType::F8E4M3) {
         kt.linear_fp8(x, m, static_cast<const uint8_t*>(o.w->data), o.w->block_scales, k, ldy,
                       o.bias, o.y, n0, n1);
       } else if (bf16_dot) {
@@ -122,10 +129,12 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   });
 }
 
-void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out) {
+void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out, float swiglu_limit) {
+  PAGODA_CHECK(swiglu_limit >= 0.0f, "silu_mul: swiglu_limit {} (0: none)", swiglu_limit);
   const cpu::KernelTable& kt = cpu::active_kernels();
-  parallel_for(m, rows_per_thread(inter),
-               [&](int64_t r0, int64_t r1) { kt.silu_mul_rows(gate_up, inter, out, r0, r1); });
+  parallel_for(m, rows_per_thread(inter), [&](int64_t r0, int64_t r1) {
+    kt.silu_mul_rows(gate_up, inter, swiglu_limit, out, r0, r1);
+  });
 }
 
 void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n,

@@ -159,8 +159,10 @@ struct KernelTable {
                         int64_t r0, int64_t r1);
   void (*add_rms_norm_rows)(float* residual, const float* x, const float* weight, int64_t n,
                             float eps, float* y, int64_t r0, int64_t r1);
-  // Rows [r0, r1) of silu_mul (gate_up rows of 2 * inter, out rows of inter).
-  void (*silu_mul_rows)(const float* gate_up, int64_t inter, float* out, int64_t r0, int64_t r1);
+  // Rows [r0, r1) of silu_mul (gate_up rows of 2 * inter, out rows of
+  // inter), gate and up clamped first when limit > 0 (ops.h swiglu_limit).
+  void (*silu_mul_rows)(const float* gate_up, int64_t inter, float limit, float* out, int64_t r0,
+                        int64_t r1);
   // One attention tile over an f32 / a bf16 KV cache (the same kernel,
   // templated on the element type: bf16 is widened to f32 in registers, so
   // the two give the same bits on the same bf16-representable values);
@@ -185,6 +187,12 @@ struct KernelTable {
   // fp8_scale_cols(k)), y row stride ldy, columns [n0, n1) (n0 a multiple
   // of 16). Bit-identical to linear_f32 on the dequantised weights.
   void (*linear_fp8)(const float* x, int64_t m, const uint8_t* w, const float* block_scales,
+                     int64_t k, int64_t ldy, const float* bias, float* y, int64_t n0,
+                     int64_t n1) = nullptr;
+  // F4E2M1 weights (ops::Matrix: k / 2 bytes a row, E8M0 scales row stride
+  // k / 32, k a multiple of 32), otherwise as linear_fp8: bit-identical to
+  // linear_f32 on the dequantised weights.
+  void (*linear_fp4)(const float* x, int64_t m, const uint8_t* w, const uint8_t* e8m0_scales,
                      int64_t k, int64_t ldy, const float* bias, float* y, int64_t n0,
                      int64_t n1) = nullptr;
   // One head's rotated slice v[0, rot_dim) in place (ops::rope with

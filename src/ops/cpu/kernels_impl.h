@@ -362,13 +362,31 @@ PAGODA_TARGET inline Vec silu_times(Vec g, Vec u) {
   return vmul(vdiv(g, vadd(vset1(1.0f), vexp(vmul(g, vset1(-1.0f))))), u);
 }
 
-PAGODA_TARGET void silu_mul_rows(const float* gate_up, int64_t inter, float* out, int64_t r0,
-                                 int64_t r1) {
+// V4's clamp (ops.h swiglu_limit): min and max are exact, so the clamped
+// product is silu_times of the clamped values.
+PAGODA_TARGET inline Vec clamped_silu_times(Vec g, Vec u, Vec lim, Vec neg_lim) {
+  return silu_times(vmin(g, lim), vmax(vmin(u, lim), neg_lim));
+}
+
+PAGODA_TARGET void silu_mul_rows(const float* gate_up, int64_t inter, float limit, float* out,
+                                 int64_t r0, int64_t r1) {
+  const Vec lim = vset1(limit), neg_lim = vset1(-limit);
   for (int64_t r = r0; r < r1; ++r) {
     const float* g = gate_up + r * 2 * inter;
     const float* u = g + inter;
     float* o = out + r * inter;
     int64_t j = 0;
+    if (limit > 0.0f) {
+      for (; j + kLanes <= inter; j += kLanes)
+        vstore(o + j, clamped_silu_times(vload(g + j), vload(u + j), lim, neg_lim));
+      if (j < inter) {
+        const int t = static_cast<int>(inter - j);
+        vstore_tail(o + j,
+                    clamped_silu_times(vload_tail(g + j, t), vload_tail(u + j, t), lim, neg_lim),
+                    t);
+      }
+      continue;
+    }
     for (; j + kLanes <= inter; j += kLanes) vstore(o + j, silu_times(vload(g + j), vload(u + j)));
     if (j < inter) {
       const int t = static_cast<int>(inter - j);
@@ -563,6 +581,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
 }
 
 #include "ops/cpu/fp8_linear_impl.h"
+#include "ops/cpu/fp4_linear_impl.h"
 #include "ops/cpu/rope_layer_norm_impl.h"
 
 // MLA attention over the latent cache, built from the pieces above.
@@ -578,6 +597,7 @@ const cpu::KernelTable& kernel_table() {
                        add_rms_norm_rows, silu_mul_rows, attention<float>,
                        attention<uint16_t>};
     t.linear_fp8 = linear_fp8;
+    t.linear_fp4 = linear_fp4;
     t.rope_slice = rope_slice;
     t.layer_norm_rows = layer_norm_rows;
     t.mla_attention = mla_attention<float>;

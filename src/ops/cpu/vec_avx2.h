@@ -55,6 +55,27 @@ PAGODA_TARGET inline Vec vload_e4m3_tail(const uint8_t* p, int n) {
   return vload_e4m3(buf);
 }
 
+// FP4 e2m1 (ops.h F4E2M1): the 8 magnitudes times one block's scale; the
+// sign (code bit 3) is applied by xor (exact either way).
+using E2m1Table = __m256;
+PAGODA_TARGET inline E2m1Table e2m1_table(float scale) {
+  const __m256 values = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+  return _mm256_mul_ps(values, _mm256_set1_ps(scale));
+}
+// kLanes weights from kLanes / 2 bytes, in column order (byte j: low nibble
+// lane 2j, high nibble lane 2j + 1): each byte zero-extended to a qword and
+// or-ed with itself shifted by 28 (high nibble to the bottom of the upper
+// dword); vpermps reads the low 3 bits, bit 3 shifted to 31 is the sign.
+PAGODA_TARGET inline Vec vload_e2m1(const uint8_t* p, E2m1Table t) {
+  int32_t four;
+  std::memcpy(&four, p, sizeof(four));
+  const __m256i q = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four));
+  const __m256i idx = _mm256_or_si256(q, _mm256_slli_epi64(q, 28));
+  const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(idx, 28),
+                                        _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  return _mm256_xor_ps(_mm256_permutevar8x32_ps(t, idx), _mm256_castsi256_ps(sign));
+}
+
 PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a); }
 PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
   alignas(32) float buf[kLanes];

@@ -60,6 +60,27 @@ PAGODA_TARGET inline Vec vload_e4m3_tail(const uint8_t* p, int n) {
   return e4m3_bytes_to_vec(_mm_maskz_loadu_epi8(tail_mask(n), p));
 }
 
+// FP4 e2m1 (ops.h F4E2M1): the 16 code values times one block's scale, a
+// lane each, so that permuting it by code gives the dequantised weights
+// (exact: e2m1 values times a power of two).
+using E2m1Table = __m512;
+PAGODA_TARGET inline E2m1Table e2m1_table(float scale) {
+  const __m512 values = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+                                       -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+  return _mm512_mul_ps(values, _mm512_set1_ps(scale));
+}
+// kLanes weights from kLanes / 2 bytes, in column order (byte j: low nibble
+// lane 2j, high nibble lane 2j + 1). Each byte zero-extended to a qword and
+// or-ed with itself shifted by 28 puts its high nibble at the bottom of the
+// upper dword; vpermps reads only the low 4 bits of each index.
+PAGODA_TARGET inline Vec vload_e2m1(const uint8_t* p, E2m1Table t) {
+  constexpr __mmask8 kAll8 = 0xff;
+  const __m512i q =
+      _mm512_maskz_cvtepu8_epi64(kAll8, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m512i idx = _mm512_or_si512(q, _mm512_maskz_slli_epi64(kAll8, q, 28));
+  return _mm512_maskz_permutexvar_ps(0xffff, idx, t);
+}
+
 PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a); }
 PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
   _mm512_mask_storeu_ps(p, tail_mask(n), a);

@@ -60,6 +60,22 @@ inline Vec vload_e4m3(const uint8_t* p) {
   for (int i = 0; i < kLanes; ++i) r[i] = f8e4m3_to_f32(p[i]) * (1.0f / 256.0f);
   return r;
 }
+// FP4 e2m1 (ops.h F4E2M1): the 16 code values times one block's scale.
+struct E2m1Table {
+  float v[16];
+};
+inline E2m1Table e2m1_table(float scale) {
+  E2m1Table t;
+  for (int c = 0; c < 16; ++c) t.v[c] = f4e2m1_to_f32(static_cast<uint8_t>(c)) * scale;
+  return t;
+}
+// kLanes weights from kLanes / 2 bytes, low nibble first.
+inline Vec vload_e2m1(const uint8_t* p, const E2m1Table& t) {
+  Vec r;
+  for (int i = 0; i < kLanes; ++i) r[i] = t.v[(p[i / 2] >> (4 * (i % 2))) & 15];
+  return r;
+}
+
 inline Vec vload_e4m3_tail(const uint8_t* p, int n) {
   Vec r = vzero();
   for (int i = 0; i < n; ++i) r[i] = f8e4m3_to_f32(p[i]) * (1.0f / 256.0f);
