@@ -108,12 +108,19 @@ std::string weights_summary(const LLMEngine& engine) {
 }
 
 void print_engine_summary(const LLMEngine& engine) {
-  const int32_t blocks = engine.num_kv_blocks(), block_size = engine.options().block_size;
+  // Per pool (page-size bucket, kv/kv_cache_plan.h): its block count.
+  std::string blocks;
+  for (const BlockPool& p : engine.kv_cache().pools()) {
+    blocks += (blocks.empty() ? "" : "/") + std::to_string(p.num_blocks());
+  }
+  const int32_t block_size = engine.options().block_size;
   std::fprintf(stderr,
-               "pagoda: KV cache %s, %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu "
-               "layer group(s)), prefix caching %s, %d thread(s), %s kernels, weights %s%s%s\n",
-               std::string(kv_dtype_label(engine.kv_cache_dtype())).c_str(), blocks, block_size,
-               static_cast<long long>(blocks) * block_size,
+               "pagoda: KV cache %s, %s blocks in %zu pool(s), %d-token blocks = %lld token slots "
+               "(%.1f MiB, %zu layer group(s)), prefix caching %s, %d thread(s), %s kernels, "
+               "weights %s%s%s\n",
+               std::string(kv_dtype_label(engine.kv_cache_dtype())).c_str(), blocks.c_str(),
+               engine.kv_cache().pools().size(), block_size,
+               static_cast<long long>(engine.stats().kv_token_capacity),
                static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
                engine.kv_cache().groups().size(), engine.kv_cache().prefix_caching() ? "on" : "off",
                num_threads(), ops::isa_name(ops::current_isa()), weights_summary(engine).c_str(),

@@ -55,9 +55,12 @@ struct EngineOptions {
 struct EngineStats {
   size_t num_running = 0;
   size_t num_waiting = 0;
-  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_total = 0;  // pages of all pools together
   int32_t kv_blocks_free = 0;  // includes cached blocks no request uses
-  int64_t kv_token_capacity = 0;  // token positions the pool holds (blocks x block size)
+  // Token positions the pools hold: as many sequences of max_model_len as
+  // the scarcest pool has room for, times max_model_len (a dense model:
+  // blocks x block size when max_model_len is a multiple of it).
+  int64_t kv_token_capacity = 0;
   int64_t prefix_cache_queried_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
   int64_t num_preemptions = 0;  // since start, all requests
@@ -112,7 +115,7 @@ class LLMEngine {
   const ModelConfig& model_config() const { return model_->config(); }
   const CausalLM& model() const { return *model_; }
   int64_t max_model_len() const { return max_model_len_; }
-  // Blocks per KV pool, and the fewest free in any pool.
+  // Blocks (pages) of all KV pools together, and how many are free.
   int32_t num_kv_blocks() const { return kv_->num_blocks(); }
   int32_t num_free_kv_blocks() const { return kv_->num_free_blocks(); }
   const KVCacheManager& kv_cache() const { return *kv_; }
@@ -152,7 +155,7 @@ class LLMEngine {
 
  private:
   void init_after_load(const std::string& model_dir, const EngineOptions& options,
-                       int64_t* num_blocks, KVCachePlan* plan);
+                       std::vector<int64_t>* num_blocks, KVCachePlan* plan);
   void append_token(Request& r, const SampledToken& sampled);
   // Fills the prompt logprob entries whose logits rows this step computed.
   void score_prompt_rows(const SchedulerOutput& sched);
@@ -164,6 +167,7 @@ class LLMEngine {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<CausalLM> model_;
   int64_t max_model_len_ = 0;
+  int64_t kv_token_capacity_ = 0;  // EngineStats::kv_token_capacity
   std::vector<int32_t> eos_ids_;
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -21,8 +21,13 @@ namespace pagoda {
 // Where one KV-cache group's caches write and read this step (each group of
 // caches with the same spec has its own block tables; kv/kv_cache_plan.h).
 struct KVGroupMetadata {
-  // [num_tokens] entry slot each token writes (block * entries per block +
-  // entry in block), -1 where it writes none (a compressed cache writes
+  // Token positions one block-table entry (one page) of this group covers:
+  // the group's block size (KVCacheGroup::block_size), which may be smaller
+  // than the engine's (DeepSeek V4's 64-position window pages, 4-position
+  // compressor-state pages).
+  int32_t block_size = 0;
+  // [num_tokens] entry slot each token writes (page * entries per page +
+  // entry in page), -1 where it writes none (a compressed cache writes
   // once per compress_ratio positions).
   std::vector<int64_t> slot_mapping;
   // Persistent rows of max_blocks_per_seq block ids (padded with 0), one
@@ -123,7 +128,10 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
 
 // The KV caches the model in DIR declares (whole model, one rank), from
 // its config alone: what `pagoda kv-plan` sizes. InputError as load_model.
-std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype);
+// indexer_fp4: DeepSeek V4's indexer keys in MXFP4 (--indexer-cache-dtype
+// fp4); InputError for any other architecture.
+std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype,
+                                                   bool indexer_fp4 = false);
 
 // Resident bytes of this process's mappings of *.safetensors files (from
 // /proc/self/smaps): the checkpoint pages this rank actually touched.
