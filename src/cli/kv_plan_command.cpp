@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "kv/kv_cache_dtype.h"
 #include "kv/kv_cache_plan.h"
 #include "models/config.h"
 #include "models/deepseek_v4_config.h"
@@ -97,12 +98,8 @@ int run_kv_plan(const KvPlanArgs& a) {
   if (a.indexer_dtype != "auto" && !v4) {
     throw_input_error("--indexer-cache-dtype is for DeepSeek V4, not '{}'", config.architecture);
   }
-  if (a.indexer_dtype == "fp8" && dtype != DType::F8E4M3) {
-    throw_input_error("--indexer-cache-dtype fp8 goes with --kv-cache-dtype fp8 (the engine keeps "
-                      "fp8 indexer keys only beside fp8 entries); use auto or fp4");
-  }
-  const bool indexer_fp4 = a.indexer_dtype == "fp4";
-  const std::vector<LayerKVCache> caches = kv_cache_specs_of_config(dir, dtype, indexer_fp4);
+  const IndexerCacheDType indexer = parse_indexer_cache_dtype(a.indexer_dtype);
+  const std::vector<LayerKVCache> caches = kv_cache_specs_of_config(dir, dtype, indexer);
   // DeepSeek V3.2's sparse-attention caches use 64-token pages (the seed's
   // choice), V4's 256-position blocks (spec §5.4); the dense models, the
   // engine's default of 16.
@@ -214,7 +211,8 @@ int run_kv_plan(const KvPlanArgs& a) {
                             ? latent + latent / 128 * 4 + rope * 2
                             : (latent + rope) * static_cast<int64_t>(dtype_size(dtype));
     const int64_t index_head = v4c.index_head_dim > 0 ? v4c.index_head_dim : 128;
-    const int64_t index = deepseek_v4_indexer_entry_bytes(index_head, dtype, indexer_fp4);
+    const int64_t index =
+        deepseek_v4_indexer_entry_bytes(index_head, resolve_indexer_cache_dtype(indexer, dtype));
     const int64_t stack = config.num_hidden_layers * a.context * (mla + index);
     v32 = {{"bytes_per_sequence", stack},
            {"entry_bytes", mla + index},
@@ -304,8 +302,8 @@ Runner add_kv_plan_command(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "f32", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--indexer-cache-dtype", args->indexer_dtype,
-                  "DeepSeek V4 indexer keys: auto (as --kv-cache-dtype), fp8 (132 B with fp8 "
-                  "entries) or fp4 (MXFP4, 68 B)")
+                  "DeepSeek V4 indexer keys: auto (as --kv-cache-dtype), fp8 (132 B) or fp4 "
+                  "(MXFP4, 68 B)")
       ->check(CLI::IsMember({"auto", "fp8", "fp4"}))
       ->capture_default_str();
   cmd->add_option("--block-size", args->block_size,

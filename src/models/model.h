@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_cache_dtype.h"
 #include "kv/kv_cache_memory.h"
 #include "kv/kv_cache_spec.h"
 #include "models/config.h"
@@ -128,10 +129,10 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
 
 // The KV caches the model in DIR declares (whole model, one rank), from
 // its config alone: what `pagoda kv-plan` sizes. InputError as load_model.
-// indexer_fp4: DeepSeek V4's indexer keys in MXFP4 (--indexer-cache-dtype
-// fp4); InputError for any other architecture.
-std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype,
-                                                   bool indexer_fp4 = false);
+// indexer: DeepSeek V4's indexer-key format (--indexer-cache-dtype);
+// InputError for any other architecture unless Auto.
+std::vector<LayerKVCache> kv_cache_specs_of_config(
+    const std::string& dir, DType kv_dtype, IndexerCacheDType indexer = IndexerCacheDType::Auto);
 
 // Resident bytes of this process's mappings of *.safetensors files (from
 // /proc/self/smaps): the checkpoint pages this rank actually touched.

@@ -74,16 +74,16 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
 }
 
 std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype,
-                                                   bool indexer_fp4) {
+                                                   IndexerCacheDType indexer) {
   const ModelConfig config = load_model_config(dir);
   // V4's caches depend on fields only its own config reader knows (the
   // per-layer compress_ratios, the indexer key format).
   if (config.architecture == "DeepseekV4ForCausalLM") {
     return deepseek_v4_kv_cache_specs(config, load_deepseek_v4_config(dir, config), kv_dtype,
-                                      indexer_fp4);
+                                      resolve_indexer_cache_dtype(indexer, kv_dtype));
   }
-  if (indexer_fp4) {
-    throw_input_error("{}/config.json: fp4 indexer keys are for DeepSeek V4, not '{}'", dir,
+  if (indexer != IndexerCacheDType::Auto) {
+    throw_input_error("{}/config.json: --indexer-cache-dtype is for DeepSeek V4, not '{}'", dir,
                       config.architecture);
   }
   if (config.architecture.rfind("Deepseek", 0) == 0) {

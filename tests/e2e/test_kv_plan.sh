@@ -122,8 +122,8 @@ done
 # Bad input: exit 2 with a message.
 "$pagoda" kv-plan --model "$cfg" --context 10 --indexer-cache-dtype fp4 >/dev/null 2>&1
 [[ $? -eq 2 ]] || fail "--indexer-cache-dtype fp4 for V3.2 not refused with exit 2"
-"$pagoda" kv-plan --model "$pro" --context 10 --indexer-cache-dtype fp8 >/dev/null 2>&1
-[[ $? -eq 2 ]] || fail "--indexer-cache-dtype fp8 beside bf16 entries not refused with exit 2"
+"$pagoda" kv-plan --model "$pro" --context 10 --indexer-cache-dtype fp7 >/dev/null 2>&1
+[[ $? -eq 2 ]] || fail "--indexer-cache-dtype fp7 not refused with exit 2"
 "$pagoda" kv-plan --model "$cfg" --context 10 --kv-cache-dtype int4 >/dev/null 2>&1
 [[ $? -eq 2 ]] || fail "--kv-cache-dtype int4 not refused with exit 2"
 "$pagoda" kv-plan --model "$tmp" --context 10 >/dev/null 2>"$tmp/err"

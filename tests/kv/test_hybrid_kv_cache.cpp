@@ -155,7 +155,8 @@ TEST(HybridKVCache, GroupsOfAPoolShareOneTensorCount) {
 std::vector<LayerKVCache> v4_caches(const std::string& name, DType dtype, bool fp4) {
   const std::string dir = std::string(PAGODA_TEST_DATA_DIR) + "/configs/" + name;
   const ModelConfig config = load_model_config(dir);
-  return deepseek_v4_kv_cache_specs(config, load_deepseek_v4_config(dir, config), dtype, fp4);
+  return deepseek_v4_kv_cache_specs(config, load_deepseek_v4_config(dir, config), dtype,
+                                    fp4 ? DType::F4E2M1 : dtype);
 }
 
 // Page bytes of each (layer kind, cache name) kind's pool, and the
