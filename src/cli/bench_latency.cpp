@@ -195,7 +195,7 @@ int run_latency(LatencyArgs& a) {
   // start as earlier ones finish, and "decode" would time a smaller batch
   // while counting every request's tokens.
   const int32_t block_size = engine.options().block_size;  // resolved
-  const int64_t slots = int64_t{engine.stats().kv_blocks_total} * block_size;
+  const int64_t slots = engine.stats().kv_token_capacity;
   const int64_t per_request =
       (a.input_len + a.output_len + block_size - 1) / block_size * block_size;
   if (slots < a.batch * per_request) {

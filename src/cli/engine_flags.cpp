@@ -42,6 +42,14 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
          "bf16 rope values, 656 bytes a token and layer; e4m3 indexer keys with a f32 scale)")
       ->check(CLI::IsMember({"auto", "bf16", "f32", "fp8"}))
       ->default_str("auto");
+  cmd.add_option_function<std::string>(
+         "--indexer-cache-dtype",
+         [&o](const std::string& name) { o.indexer_cache_dtype = parse_indexer_cache_dtype(name); },
+         "DeepSeek V4's indexer-key cache: auto (as the KV cache; e4m3 keys with a f32 scale, "
+         "132 bytes, when it is fp8), fp8, or fp4 (MXFP4: e2m1 with a UE8M0 scale per 32 "
+         "values, 68 bytes a key)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp4"}))
+      ->default_str("auto");
   cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -100,12 +108,19 @@ std::string weights_summary(const LLMEngine& engine) {
 }
 
 void print_engine_summary(const LLMEngine& engine) {
-  const int32_t blocks = engine.num_kv_blocks(), block_size = engine.options().block_size;
+  // Per pool (page-size bucket, kv/kv_cache_plan.h): its block count.
+  std::string blocks;
+  for (const BlockPool& p : engine.kv_cache().pools()) {
+    blocks += (blocks.empty() ? "" : "/") + std::to_string(p.num_blocks());
+  }
+  const int32_t block_size = engine.options().block_size;
   std::fprintf(stderr,
-               "pagoda: KV cache %s, %d blocks x %d tokens = %lld token slots (%.1f MiB, %zu "
-               "layer group(s)), prefix caching %s, %d thread(s), %s kernels, weights %s%s%s\n",
-               std::string(kv_dtype_label(engine.kv_cache_dtype())).c_str(), blocks, block_size,
-               static_cast<long long>(blocks) * block_size,
+               "pagoda: KV cache %s, %s blocks in %zu pool(s), %d-token blocks = %lld token slots "
+               "(%.1f MiB, %zu layer group(s)), prefix caching %s, %d thread(s), %s kernels, "
+               "weights %s%s%s\n",
+               std::string(kv_dtype_label(engine.kv_cache_dtype())).c_str(), blocks.c_str(),
+               engine.kv_cache().pools().size(), block_size,
+               static_cast<long long>(engine.stats().kv_token_capacity),
                static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
                engine.kv_cache().groups().size(), engine.kv_cache().prefix_caching() ? "on" : "off",
                num_threads(), ops::isa_name(ops::current_isa()), weights_summary(engine).c_str(),

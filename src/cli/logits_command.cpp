@@ -67,6 +67,9 @@ int run_logits(const LogitsArgs& a) {
       // The reference models the numerics of the kernel variant and KV dtype.
       {"isa", ops::isa_name(ops::current_isa())},
       {"kv_cache_dtype", std::string(kv_dtype_label(llm.engine().kv_cache_dtype()))}};
+  if (const std::string idx = llm.engine().indexer_cache_label(); !idx.empty()) {
+    j["indexer_cache_dtype"] = idx;
+  }
   std::ofstream out(a.out);
   if (!out) throw_input_error("cannot write '{}'", a.out);
   out << j.dump() << "\n";

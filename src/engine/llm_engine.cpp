@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -108,8 +109,17 @@ int32_t block_size_of(const CausalLM& model, const EngineOptions& options) {
   return options.block_size > 0 ? options.block_size : model.default_block_size();
 }
 
-KVCachePlan kv_cache_plan(const CausalLM& model, const EngineOptions& options) {
+KVCachePlan kv_cache_plan(CausalLM& model, const EngineOptions& options) {
   const DType dtype = kv_dtype_of(model, options);
+  if (options.indexer_cache_dtype != IndexerCacheDType::Auto) {
+    if (!model.has_indexer_cache()) {
+      throw_input_error("--indexer-cache-dtype is for DeepSeek V4's indexer keys; {} has none",
+                        model.config().architecture);
+    }
+  }
+  if (model.has_indexer_cache()) {
+    model.set_indexer_cache_dtype(resolve_indexer_cache_dtype(options.indexer_cache_dtype, dtype));
+  }
   if (!model.supports_kv_cache_dtype(dtype)) {
     throw_input_error(
         "--kv-cache-dtype {} is not supported for {} (fp8 is for DeepSeek's MLA caches with "
@@ -126,14 +136,17 @@ void LLMEngine::run_worker(const std::string& model_dir, const EngineOptions& op
   parallel::Communicator& comm = parallel::world();
   PAGODA_CHECK(comm.rank() != 0, "run_worker on rank 0");
   std::unique_ptr<CausalLM> model = load_shard(model_dir, options, comm);
-  // Rank 0 sizes the KV pool (it knows max_model_len and the budget) and
-  // sends the block count, or -1 when it failed to start.
-  int64_t num_blocks = -1;
-  comm.broadcast(&num_blocks, sizeof(num_blocks), 0);
-  if (num_blocks < 0) {
+  // Rank 0 sizes the KV pools (it knows max_model_len and the budget) and
+  // sends their count then each pool's block count, or -1 when it failed
+  // to start.
+  int64_t num_pools = -1;
+  comm.broadcast(&num_pools, sizeof(num_pools), 0);
+  if (num_pools < 0) {
     parallel::mark_exit_agreed();
     throw_input_error("rank {}: rank 0 failed to start the engine (see its message)", comm.rank());
   }
+  std::vector<int64_t> num_blocks(static_cast<size_t>(num_pools));
+  comm.broadcast(num_blocks.data(), num_blocks.size() * sizeof(int64_t), 0);
   ModelRunner runner(*model, kv_cache_plan(*model, options), num_blocks,
                      kv_dtype_of(*model, options), comm);
   runner.serve_worker();
@@ -153,23 +166,28 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
 
   model_ = load_shard(model_dir, options, comm_);
   options_.block_size = block_size_of(*model_, options);
-  // From here until the workers know the KV pool size, a failure must be
-  // sent to them (num_blocks = -1) before it propagates.
-  int64_t num_blocks = -1;
+  // From here until the workers know the KV pool sizes, a failure must be
+  // sent to them (a pool count of -1) before it propagates.
+  std::vector<int64_t> num_blocks;
   KVCachePlan plan;
   try {
     init_after_load(model_dir, options, &num_blocks, &plan);
   } catch (...) {
     if (comm_.size() > 1) {
-      num_blocks = -1;
-      comm_.broadcast(&num_blocks, sizeof(num_blocks), 0);
+      int64_t failed = -1;
+      comm_.broadcast(&failed, sizeof(failed), 0);
       parallel::mark_exit_agreed();
     }
     throw;
   }
-  if (comm_.size() > 1) comm_.broadcast(&num_blocks, sizeof(num_blocks), 0);
-  kv_ = std::make_unique<KVCacheManager>(plan, static_cast<int32_t>(num_blocks),
-                                         options.enable_prefix_caching);
+  if (comm_.size() > 1) {
+    int64_t num_pools = static_cast<int64_t>(num_blocks.size());
+    comm_.broadcast(&num_pools, sizeof(num_pools), 0);
+    comm_.broadcast(num_blocks.data(), num_blocks.size() * sizeof(int64_t), 0);
+  }
+  kv_ = std::make_unique<KVCacheManager>(
+      plan, std::vector<int32_t>(num_blocks.begin(), num_blocks.end()),
+      options.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options_.block_size,
                       options.scheduling_policy, options.max_num_scored_prompt_tokens},
@@ -180,7 +198,7 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
 }
 
 void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,
-                                int64_t* num_blocks_out, KVCachePlan* plan_out) {
+                                std::vector<int64_t>* num_blocks_out, KVCachePlan* plan_out) {
   tokenizer_ = Tokenizer::load(model_dir);
   const ModelConfig& config = model_->config();
   max_model_len_ =
@@ -209,22 +227,24 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
 
   KVCachePlan& plan = *plan_out;
   plan = kv_cache_plan(*model_, options);
-  // One sequence of max_model_len must fit in every pool.
-  const int64_t bytes_per_block = plan.bytes_per_block();
-  const int64_t min_blocks = plan.min_blocks(max_model_len_);
+  // Pools of different page granularity need different block counts: each
+  // gets its share of the budget by what one max_model_len sequence needs
+  // from it (size_kv_pools).
+  const int64_t per_sequence = plan.reserved_bytes_per_sequence(max_model_len_);
   int64_t budget = options.kv_cache_memory;
   if (budget <= 0) {  // enough for max_num_seqs full-length sequences, within half the free RAM
-    budget = std::min<int64_t>(min_blocks * bytes_per_block * options.max_num_seqs,
-                               available_memory_bytes() / 2);
+    budget = std::min<int64_t>(per_sequence * options.max_num_seqs, available_memory_bytes() / 2);
   }
-  const int64_t num_blocks = std::min<int64_t>(budget / bytes_per_block, INT32_MAX);
-  if (num_blocks < min_blocks) {
+  if (budget < per_sequence) {
     throw_input_error(
-        "KV cache of {} bytes ({}) holds {} blocks of {} tokens, fewer than one sequence of "
-        "max_model_len {} needs ({} blocks); raise --kv-cache-memory or lower --max-model-len",
-        budget, kv_dtype_label(kv_dtype_of(*model_, options)), num_blocks, options_.block_size,
-        max_model_len_, min_blocks);
+        "KV cache of {} bytes ({}) is smaller than one sequence of max_model_len {} needs ({} "
+        "bytes in {} pool(s), {}-token blocks); raise --kv-cache-memory or lower --max-model-len",
+        budget, kv_dtype_label(kv_dtype_of(*model_, options)), max_model_len_, per_sequence,
+        plan.pools.size(), options_.block_size);
   }
+  const KVPoolSizes sizes = size_kv_pools(plan, budget, max_model_len_);
+  kv_token_capacity_ = sizes.token_capacity;
+  const std::vector<int64_t>& num_blocks = sizes.num_blocks;
   *num_blocks_out = num_blocks;
 }
 
@@ -233,7 +253,7 @@ EngineStats LLMEngine::stats() const {
   s.num_running = scheduler_->num_running();
   s.num_waiting = scheduler_->num_waiting();
   s.kv_blocks_total = kv_->num_blocks();
-  s.kv_token_capacity = int64_t{kv_->num_blocks()} * kv_->block_size();
+  s.kv_token_capacity = kv_token_capacity_;
   s.kv_blocks_free = kv_->num_free_blocks();
   s.prefix_cache_queried_tokens = kv_->queried_tokens();
   s.prefix_cache_hit_tokens = kv_->hit_tokens();
@@ -311,7 +331,7 @@ void LLMEngine::add_request_with_context(const std::string& request_id,
     if (!kv_->allocate(r.kv, done, next)) {
       kv_->free(r.kv);
       throw_input_error(
-          "the KV cache ({} blocks per pool of {} positions) cannot hold {} computed positions "
+          "the KV cache ({} blocks in all, of {} positions) cannot hold {} computed positions "
           "next to what it holds: raise --kv-cache-memory",
           kv_->num_blocks(), bs, num_computed);
     }

@@ -22,6 +22,7 @@ struct EngineOptions {
   int64_t kv_cache_memory = 0;  // bytes for the KV pool; 0 = sized automatically
   // Element type of the KV cache (auto: bf16 for bf16 checkpoints, else f32).
   KVCacheDType kv_cache_dtype = KVCacheDType::Auto;
+  IndexerCacheDType indexer_cache_dtype = IndexerCacheDType::Auto;  // DeepSeek V4 only
   // Tokens per KV block; 0: the model's default (CausalLM::default_block_size:
   // 16, or 64 for DeepSeek V3.2's sparse caches). options() reports the
   // resolved value.
@@ -54,9 +55,12 @@ struct EngineOptions {
 struct EngineStats {
   size_t num_running = 0;
   size_t num_waiting = 0;
-  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_total = 0;  // pages of all pools together
   int32_t kv_blocks_free = 0;  // includes cached blocks no request uses
-  int64_t kv_token_capacity = 0;  // token positions the pool holds (blocks x block size)
+  // Token positions the pools hold: as many sequences of max_model_len as
+  // the scarcest pool has room for, times max_model_len (a dense model:
+  // blocks x block size when max_model_len is a multiple of it).
+  int64_t kv_token_capacity = 0;
   int64_t prefix_cache_queried_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
   int64_t num_preemptions = 0;  // since start, all requests
@@ -111,13 +115,16 @@ class LLMEngine {
   const ModelConfig& model_config() const { return model_->config(); }
   const CausalLM& model() const { return *model_; }
   int64_t max_model_len() const { return max_model_len_; }
-  // Blocks per KV pool, and the fewest free in any pool.
+  // Blocks (pages) of all KV pools together, and how many are free.
   int32_t num_kv_blocks() const { return kv_->num_blocks(); }
   int32_t num_free_kv_blocks() const { return kv_->num_free_blocks(); }
   const KVCacheManager& kv_cache() const { return *kv_; }
   size_t kv_cache_bytes() const { return runner_->kv_storage_bytes(); }
   // The KV cache's resolved element type (F32 or BF16).
   DType kv_cache_dtype() const { return runner_->kv_storage_dtype(); }
+  // The indexer keys' own format where the model has one ("fp8", "fp4"),
+  // else "".
+  std::string indexer_cache_label() const { return model_->indexer_cache_label(kv_cache_dtype()); }
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
 
@@ -169,7 +176,7 @@ class LLMEngine {
 
  private:
   void init_after_load(const std::string& model_dir, const EngineOptions& options,
-                       int64_t* num_blocks, KVCachePlan* plan);
+                       std::vector<int64_t>* num_blocks, KVCachePlan* plan);
   void append_token(Request& r, const SampledToken& sampled);
   // Fills the prompt logprob entries whose logits rows this step computed.
   void score_prompt_rows(const SchedulerOutput& sched);
@@ -181,6 +188,7 @@ class LLMEngine {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<CausalLM> model_;
   int64_t max_model_len_ = 0;
+  int64_t kv_token_capacity_ = 0;  // EngineStats::kv_token_capacity
   std::vector<int32_t> eos_ids_;
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;

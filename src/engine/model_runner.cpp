@@ -70,14 +70,18 @@ void deserialize(const std::vector<uint8_t>& buf, BatchMetadata& b) {
 
 }  // namespace
 
-ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan, int64_t num_blocks,
-                         DType kv_dtype, parallel::Communicator& comm)
+ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan,
+                         const std::vector<int64_t>& num_blocks, DType kv_dtype,
+                         parallel::Communicator& comm)
     : model_(model),
       comm_(comm),
       plan_(plan),
       vocab_size_(model.config().vocab_size),
       kv_memory_(plan_, num_blocks, kv_dtype) {
   batch_.kv_groups.resize(plan_.groups.size());
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    batch_.kv_groups[g].block_size = plan_.groups[g].block_size;
+  }
 }
 
 void ModelRunner::update_block_tables(const SchedulerOutput& out) {
@@ -182,7 +186,7 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
       const KVCacheSpec& spec = plan_.groups[g].spec;
       const std::vector<int32_t>& table = r.kv.block_tables[g];
       for (int64_t pos = start; pos < end; ++pos) {
-        gm.slot_mapping.push_back(spec.slot_of_position(table, pos, plan_.block_size));
+        gm.slot_mapping.push_back(spec.slot_of_position(table, pos, gm.block_size));
       }
     }
     b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));

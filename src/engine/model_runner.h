@@ -40,10 +40,10 @@ class ModelRunner {
  public:
   // `comm` is the tensor-parallel group (size 1: everything local). Every
   // rank builds a runner with a plan of the same groups and the same
-  // num_blocks (per pool); each holds the caches of its shard. The caches
+  // num_blocks per pool; each holds the caches of its shard. The caches
   // were declared for kv_dtype elements (CausalLM::kv_cache_specs).
-  ModelRunner(CausalLM& model, const KVCachePlan& plan, int64_t num_blocks, DType kv_dtype,
-              parallel::Communicator& comm);
+  ModelRunner(CausalLM& model, const KVCachePlan& plan, const std::vector<int64_t>& num_blocks,
+              DType kv_dtype, parallel::Communicator& comm);
 
   // Runs one step. Each scheduled request that reaches the end of its known
   // tokens this step gets a sampling row; one that still scores its prompt
@@ -78,8 +78,9 @@ class ModelRunner {
  private:
   void broadcast_step(int64_t kind);
   // Keeps batch_.kv_groups' block tables persistent: each scheduled
-  // request keeps its row while it runs, and a step copies only the blocks
-  // it gained since (vLLM's persistent block table).
+  // request keeps its row while it runs, and a step copies only the pages
+  // it gained since (vLLM's persistent block table); each group's rows
+  // count its own pages (KVGroupMetadata::block_size).
   void update_block_tables(const SchedulerOutput& out);
 
   CausalLM& model_;

@@ -77,11 +77,13 @@ SchedulerOutput Scheduler::schedule() {
     }
     bool scheduled = true;
     while (!ensure_blocks(r, r->num_computed_tokens + n)) {
-      // A long prefill chunk needs blocks for all of its positions at once
+      // A long prefill chunk needs pages for all of its positions at once
       // (sliding-window groups too, though they release most of them after
-      // the step): a smaller chunk is tried before anyone is preempted.
-      if (n > kv_.block_size()) {
-        n = std::max<int64_t>(kv_.block_size(), n / 2);
+      // the step; a compressor state with 4-position pages needs 64 for a
+      // 256-token chunk): a smaller chunk is tried before anyone is
+      // preempted.
+      if (n > 1) {
+        n = std::max<int64_t>(1, n / 2);
         continue;
       }
       Request* victim = running_.back();
@@ -117,10 +119,10 @@ SchedulerOutput Scheduler::schedule() {
     if (n == 0) break;  // the scoring cap is spent; admission stays in order
     bool admitted = ensure_blocks(r, r->num_computed_tokens + n);
     // As above: a prompt chunk too large for the pool at once is halved
-    // (down to a block, which the pool always holds: min_blocks), or a
-    // request alone could wait forever.
-    while (!admitted && n > kv_.block_size()) {
-      n = std::max<int64_t>(kv_.block_size(), n / 2);
+    // (down to one token, whose pages an empty pool always holds:
+    // min_blocks), or a request alone could wait forever.
+    while (!admitted && n > 1) {
+      n = std::max<int64_t>(1, n / 2);
       admitted = ensure_blocks(r, r->num_computed_tokens + n);
     }
     if (!admitted) {

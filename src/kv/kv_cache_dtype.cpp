@@ -40,8 +40,36 @@ DType resolve_kv_cache_dtype(KVCacheDType choice, DType weight_dtype) {
   return weight_dtype == DType::BF16 ? DType::BF16 : DType::F32;
 }
 
+IndexerCacheDType parse_indexer_cache_dtype(std::string_view name) {
+  if (name == "auto") return IndexerCacheDType::Auto;
+  if (name == "fp8") return IndexerCacheDType::Fp8;
+  if (name == "fp4") return IndexerCacheDType::Fp4;
+  throw_input_error("unknown indexer cache dtype '{}' (choose auto, fp8 or fp4)", name);
+}
+
+DType resolve_indexer_cache_dtype(IndexerCacheDType choice, DType kv_dtype) {
+  switch (choice) {
+    case IndexerCacheDType::Fp8:
+      return DType::F8E4M3;
+    case IndexerCacheDType::Fp4:
+      return DType::F4E2M1;
+    case IndexerCacheDType::Auto:
+      break;
+  }
+  return kv_dtype;
+}
+
 std::string_view kv_dtype_label(DType d) {
-  return d == DType::BF16 ? "bf16" : d == DType::F8E4M3 ? "fp8" : "f32";
+  switch (d) {
+    case DType::BF16:
+      return "bf16";
+    case DType::F8E4M3:
+      return "fp8";
+    case DType::F4E2M1:
+      return "fp4";
+    default:
+      return "f32";
+  }
 }
 
 }  // namespace pagoda

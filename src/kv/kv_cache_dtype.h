@@ -23,6 +23,17 @@ KVCacheDType parse_kv_cache_dtype(std::string_view name);
 // the model's own dtype and there is no f16 cache.
 DType resolve_kv_cache_dtype(KVCacheDType choice, DType weight_dtype);
 
+// DeepSeek V4's indexer-key cache (--indexer-cache-dtype): auto follows the
+// KV cache (e4m3 keys with an f32 scale when it is fp8), fp8 (132 bytes
+// for 128 values), or fp4 (MXFP4: e2m1 values with a UE8M0 scale per 32,
+// 68 bytes).
+enum class IndexerCacheDType { Auto, Fp8, Fp4 };
+// "auto", "fp8" or "fp4"; anything else throws InputError naming the choices.
+IndexerCacheDType parse_indexer_cache_dtype(std::string_view name);
+// The element type of the indexer keys: F8E4M3, F4E2M1, or (auto) the KV
+// cache's.
+DType resolve_indexer_cache_dtype(IndexerCacheDType choice, DType kv_dtype);
+
 // Short lower-case name of a cache dtype for messages: "f32", "bf16" or
 // "fp8" (F8E4M3).
 std::string_view kv_dtype_label(DType d);

@@ -1,50 +1,81 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <climits>
+#include <optional>
 
 #include "core/error.h"
 
 namespace pagoda {
 
-KVCacheManager::KVCacheManager(KVCachePlan plan, int32_t num_blocks, bool enable_prefix_caching)
+KVCacheManager::KVCacheManager(KVCachePlan plan, const std::vector<int32_t>& num_blocks,
+                               bool enable_prefix_caching)
     : plan_(std::move(plan)), block_size_(plan_.block_size), prefix_caching_(enable_prefix_caching) {
   PAGODA_CHECK(!plan_.pools.empty(), "a KV cache plan without pools");
-  for (size_t p = 0; p < plan_.pools.size(); ++p) pools_.emplace_back(num_blocks, prefix_caching_);
+  PAGODA_CHECK(num_blocks.size() == plan_.pools.size(), "{} block counts for {} pools",
+               num_blocks.size(), plan_.pools.size());
+  for (int32_t n : num_blocks) pools_.emplace_back(n, prefix_caching_);
+}
+
+KVCacheManager::KVCacheManager(KVCachePlan plan, int32_t num_blocks, bool enable_prefix_caching)
+    : KVCacheManager(plan, std::vector<int32_t>(plan.pools.size(), num_blocks),
+                     enable_prefix_caching) {}
+
+int32_t KVCacheManager::num_blocks() const {
+  int64_t total = 0;
+  for (const BlockPool& p : pools_) total += p.num_blocks();
+  return static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX));
 }
 
 int32_t KVCacheManager::num_free_blocks() const {
-  int32_t fewest = pools_.front().num_free();
-  for (const BlockPool& p : pools_) fewest = std::min(fewest, p.num_free());
-  return fewest;
+  int64_t total = 0;
+  for (const BlockPool& p : pools_) total += p.num_free();
+  return static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX));
 }
 
 void KVCacheManager::check_invariants() const {
   for (const BlockPool& p : pools_) p.check_invariants();
 }
 
+BlockHash KVCacheManager::page_key(const BlockHash& hash, size_t g, int32_t sub) {
+  // The groups hold different caches for the same tokens (and may share a
+  // pool), and a group of small pages holds several pages per block: each
+  // page gets its own key. Group 0's whole-block pages keep the block hash.
+  if (g == 0 && sub == 0) return hash;
+  const int32_t sub_index[1] = {sub};
+  return hash_block(hash, sub_index, static_cast<uint64_t>(g));
+}
+
 namespace {
 
-// A block's key in the pool for group g: the groups hold different caches
-// for the same tokens, so each caches them under its own key (groups may
-// share a pool).
-BlockHash group_key(const BlockHash& hash, size_t g) {
-  return g == 0 ? hash : hash_block(hash, {}, static_cast<uint64_t>(g));
-}
+// Which pages of a group the pool still caches for one request's block
+// hashes, looked up on demand (a sliding group of small pages only ever
+// asks about the pages near each candidate hit length).
+class CachedPages {
+ public:
+  CachedPages(const BlockPool& pool, const std::vector<BlockHash>& hashes, size_t group,
+              int32_t pages_per_block, int64_t num_pages,
+              BlockHash (*key)(const BlockHash&, size_t, int32_t))
+      : pool_(pool), hashes_(hashes), group_(group), ppb_(pages_per_block), key_(key),
+        known_(num_pages, -1) {}
+  std::optional<int32_t> block(int64_t page) const {
+    return pool_.lookup(key_(hashes_[page / ppb_], group_, static_cast<int32_t>(page % ppb_)));
+  }
+  bool cached(int64_t page) {
+    if (known_[page] < 0) known_[page] = block(page).has_value() ? 1 : 0;
+    return known_[page] == 1;
+  }
+
+ private:
+  const BlockPool& pool_;
+  const std::vector<BlockHash>& hashes_;
+  size_t group_;
+  int32_t ppb_;
+  BlockHash (*key_)(const BlockHash&, size_t, int32_t);
+  std::vector<int8_t> known_;
+};
 
 }  // namespace
-
-int64_t KVCacheManager::longest_hit(size_t g, const std::vector<bool>& cached,
-                                    int64_t max_blocks) const {
-  // misses[i] = cache misses among blocks [0, i).
-  std::vector<int64_t> misses(max_blocks + 1, 0);
-  for (int64_t i = 0; i < max_blocks; ++i) misses[i + 1] = misses[i] + (cached[i] ? 0 : 1);
-  for (int64_t n = max_blocks; n > 0; --n) {
-    // The next query sits at position n * block_size.
-    const int64_t first = plan_.groups[g].spec.first_needed_position(n * block_size_) / block_size_;
-    if (misses[n] == misses[first]) return n;
-  }
-  return 0;
-}
 
 int64_t KVCacheManager::take_cached_prefix(KVRequestState& state,
                                            const std::vector<int32_t>& tokens) {
@@ -55,22 +86,39 @@ int64_t KVCacheManager::take_cached_prefix(KVRequestState& state,
   // Leave the last token uncomputed: its logits are needed.
   const auto max_blocks = static_cast<int64_t>((tokens.size() - 1) / block_size_);
   state.block_hashes = hash_full_blocks(tokens, block_size_);
-  std::vector<std::vector<bool>> cached(num_groups, std::vector<bool>(max_blocks));
+  std::vector<CachedPages> cached;
   for (size_t g = 0; g < num_groups; ++g) {
-    for (int64_t i = 0; i < max_blocks; ++i) {
-      cached[g][i] = pool_of(g).lookup(group_key(state.block_hashes[i], g)).has_value();
-    }
+    const int32_t ppb = plan_.groups[g].pages_per_block(block_size_);
+    cached.emplace_back(pool_of(g), state.block_hashes, g, ppb, max_blocks * ppb, &page_key);
   }
-  // A hit of n blocks must hold, in every group, the K/V the query at
-  // position n * block_size reads: the whole prefix for full attention, the
-  // last W - 1 positions for a window of W (vLLM's hybrid rule). Each group's
-  // longest hit within the current bound lowers it until all agree; no
-  // length above a common one is ever skipped, so the result is the longest.
+  // The longest hit of at most `bound` blocks group g serves: it must hold
+  // every page the query at position n * B reads, the whole prefix for full
+  // attention, the pages of the last W - 1 positions for a window of W
+  // (vLLM's hybrid rule).
+  auto longest_hit = [&](size_t g, int64_t bound) -> int64_t {
+    const KVCacheGroup& group = plan_.groups[g];
+    const int32_t b = group.block_size, ppb = group.pages_per_block(block_size_);
+    if (group.spec.sliding_window == 0) {
+      int64_t page = 0;
+      while (page < bound * ppb && cached[g].cached(page)) ++page;
+      return page / ppb;
+    }
+    for (int64_t n = bound; n > 0; --n) {
+      const int64_t first = group.spec.first_needed_position(n * block_size_) / b;
+      bool all = true;
+      for (int64_t page = n * ppb - 1; page >= first && all; --page) all = cached[g].cached(page);
+      if (all) return n;
+    }
+    return 0;
+  };
+  // Each group's longest hit within the current bound lowers it until all
+  // agree; no length above a common one is ever skipped, so the result is
+  // the longest.
   int64_t num_blocks = max_blocks;
   for (bool lowered = true; lowered;) {
     lowered = false;
     for (size_t g = 0; g < num_groups; ++g) {
-      const int64_t n = longest_hit(g, cached[g], num_blocks);
+      const int64_t n = longest_hit(g, num_blocks);
       if (n < num_blocks) {
         num_blocks = n;
         lowered = true;
@@ -78,17 +126,18 @@ int64_t KVCacheManager::take_cached_prefix(KVRequestState& state,
     }
   }
   for (size_t g = 0; g < num_groups; ++g) {
+    const KVCacheGroup& group = plan_.groups[g];
+    const int32_t ppb = group.pages_per_block(block_size_);
     const int64_t first =
-        plan_.groups[g].spec.first_needed_position(num_blocks * block_size_) / block_size_;
+        group.spec.first_needed_position(num_blocks * block_size_) / group.block_size;
     auto& table = state.block_tables[g];
-    table.assign(num_blocks, -1);  // blocks before the window stay released
+    table.assign(num_blocks * ppb, -1);  // pages before the window stay released
     std::vector<int32_t> hits;
-    BlockPool& pool = pool_of(g);
-    for (int64_t i = first; i < num_blocks; ++i) {
-      table[i] = *pool.lookup(group_key(state.block_hashes[i], g));
-      hits.push_back(table[i]);
+    for (int64_t page = first; page < num_blocks * ppb; ++page) {
+      table[page] = *cached[g].block(page);
+      hits.push_back(table[page]);
     }
-    pool.touch(hits);
+    pool_of(g).touch(hits);
   }
   queried_tokens_ += static_cast<int64_t>(tokens.size());
   hit_tokens_ += num_blocks * block_size_;
@@ -105,12 +154,16 @@ bool KVCacheManager::allocate(KVRequestState& state, int64_t num_computed, int64
                   [](const std::vector<int32_t>& t) { return t.empty(); })) {
     state.generation = ++next_generation_;
   }
-  const int64_t needed_blocks = (num_tokens + block_size_ - 1) / block_size_;
-  // Blocks that fell out of every future query's window go back first.
+  auto needed_pages = [&](size_t g) {
+    const int64_t b = plan_.groups[g].block_size;
+    return (num_tokens + b - 1) / b;
+  };
+  // Pages that fell out of every future query's window go back first.
   for (size_t g = 0; g < num_groups; ++g) {
     const KVCacheSpec& spec = plan_.groups[g].spec;
     if (spec.sliding_window == 0) continue;
-    const int64_t first_block = spec.first_needed_position(num_computed) / block_size_;
+    const int64_t first_block =
+        spec.first_needed_position(num_computed) / plan_.groups[g].block_size;
     auto& table = state.block_tables[g];
     std::vector<int32_t> released;
     for (int64_t i = 0; i < std::min<int64_t>(first_block, static_cast<int64_t>(table.size()));
@@ -126,7 +179,7 @@ bool KVCacheManager::allocate(KVRequestState& state, int64_t num_computed, int64
   std::vector<int64_t> missing(pools_.size(), 0);
   for (size_t g = 0; g < num_groups; ++g) {
     missing[plan_.groups[g].pool] +=
-        std::max<int64_t>(0, needed_blocks - static_cast<int64_t>(state.block_tables[g].size()));
+        std::max<int64_t>(0, needed_pages(g) - static_cast<int64_t>(state.block_tables[g].size()));
   }
   for (size_t p = 0; p < pools_.size(); ++p) {
     if (missing[p] > pools_[p].num_free()) return false;
@@ -134,8 +187,9 @@ bool KVCacheManager::allocate(KVRequestState& state, int64_t num_computed, int64
   for (size_t g = 0; g < num_groups; ++g) {
     auto& table = state.block_tables[g];
     const auto have = static_cast<int64_t>(table.size());
-    if (needed_blocks > have) {
-      PAGODA_CHECK(pool_of(g).allocate(static_cast<int32_t>(needed_blocks - have), &table),
+    const int64_t need = needed_pages(g);
+    if (need > have) {
+      PAGODA_CHECK(pool_of(g).allocate(static_cast<int32_t>(need - have), &table),
                    "pool short");
     }
   }
@@ -154,10 +208,16 @@ void KVCacheManager::cache_full_blocks(KVRequestState& state, const std::vector<
   }
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const auto& table = state.block_tables[g];
+    const int32_t ppb = plan_.groups[g].pages_per_block(block_size_);
     for (int64_t i = state.num_cached_blocks; i < full; ++i) {
-      // A sliding group releases a block only after it was cached, so -1
-      // here is a block it never held (before its window at a prefix hit).
-      if (table[i] >= 0) pool_of(g).cache(table[i], group_key(state.block_hashes[i], g));
+      for (int32_t sub = 0; sub < ppb; ++sub) {
+        // -1: a page before the window at a prefix hit, or one a sliding
+        // group released before its block was full; no hit needs it.
+        const int64_t page = i * ppb + sub;
+        if (table[page] >= 0) {
+          pool_of(g).cache(table[page], page_key(state.block_hashes[i], g, sub));
+        }
+      }
     }
   }
   state.num_cached_blocks = std::max(state.num_cached_blocks, full);

@@ -7,9 +7,13 @@
 
 namespace pagoda {
 
-KVCacheMemory::KVCacheMemory(const KVCachePlan& plan, int64_t num_blocks, DType dtype) {
-  for (const KVPoolPlan& p : plan.pools) {
-    storage_.push_back(std::make_unique<KVStorage>(p.num_slots, num_blocks, p.page_bytes));
+KVCacheMemory::KVCacheMemory(const KVCachePlan& plan, const std::vector<int64_t>& num_blocks,
+                             DType dtype) {
+  PAGODA_CHECK(num_blocks.size() == plan.pools.size(), "{} block counts for {} pools",
+               num_blocks.size(), plan.pools.size());
+  for (size_t p = 0; p < plan.pools.size(); ++p) {
+    storage_.push_back(std::make_unique<KVStorage>(plan.pools[p].num_slots, num_blocks[p],
+                                                   plan.pools[p].page_bytes));
   }
   view_.block_size = plan.block_size;
   view_.dtype = dtype;
@@ -22,10 +26,9 @@ KVCacheMemory::KVCacheMemory(const KVCachePlan& plan, int64_t num_blocks, DType 
     const KVCacheGroup& group = plan.groups[g];
     for (size_t i = 0; i < group.tensors.size(); ++i) {
       const KVTensorRef& t = group.tensors[i];
-      const int32_t positions = plan.block_size;  // TEMP until per-group block sizes
       view_.layers[t.layer][t.cache] = {storage_[group.pool]->slot(static_cast<int64_t>(i)),
                                         static_cast<int32_t>(g), plan.pools[group.pool].page_bytes,
-                                        positions};
+                                        group.block_size};
     }
   }
 }

@@ -15,24 +15,29 @@ namespace pagoda {
 
 // What a model sees of the cache: for each layer, each of its caches in
 // declaration order (CausalLM::kv_cache_specs), an array of pages (one per
-// block id, page_bytes of its spec each) and the group whose block tables
-// and slot mapping (BatchMetadata::kv_groups) address it.
+// block id, page_bytes apart) and the group whose block tables and slot
+// mapping (BatchMetadata::kv_groups) address it.
 struct KVCacheView {
   struct Cache {
     void* data = nullptr;
     int32_t group = 0;
-    int64_t page_bytes = 0;  // from one page to the next (the pool's page size)
-    int32_t block_size = 0;  // token positions per page (the group's)
+    // The distance from one page to the next: the pool's page, which may be
+    // larger than the spec's own page (a page-size bucket, kv_cache_plan.h;
+    // the entries sit at its front); and the token positions one page
+    // covers (the group's block size: a page holds block_size /
+    // compress_ratio entries).
+    int64_t page_bytes = 0;
+    int32_t block_size = 0;
   };
-  int32_t block_size = 16;   // token positions per logical block
+  int32_t block_size = 16;   // the engine's block size (prefix-cache granularity)
   DType dtype = DType::F32;  // element type the caches were declared for
   std::vector<std::vector<Cache>> layers;  // [layer][cache]
 };
 
 class KVCacheMemory {
  public:
-  // Reserves num_blocks pages in every pool of the plan.
-  KVCacheMemory(const KVCachePlan& plan, int64_t num_blocks, DType dtype);
+  // Reserves num_blocks[p] pages in every slot of pool p of the plan.
+  KVCacheMemory(const KVCachePlan& plan, const std::vector<int64_t>& num_blocks, DType dtype);
 
   const KVCacheView& view() const { return view_; }
   size_t bytes() const;

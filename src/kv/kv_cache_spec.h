@@ -22,9 +22,9 @@ struct KVCacheSpec {
   // wholly before that are released as the sequence grows.
   int64_t sliding_window = 0;
   // Token positions one entry stands for: 1 for K/V rows and MLA latents,
-  // r for a cache of entries compressed r:1 (DeepSeek V4). A logical block
-  // is always block_size positions, so its page holds block_size / r
-  // entries and the block tables are the same for every ratio.
+  // r for a cache of entries compressed r:1 (DeepSeek V4). A page stands
+  // for the group's block size in positions whatever the ratio, so it holds
+  // block_size / r entries and the slot math is the same for every ratio.
   int32_t compress_ratio = 1;
   // Bytes of one entry, including anything quantised formats keep per
   // entry (scales); per-page extras are expressed per entry too (a page of
@@ -46,16 +46,17 @@ struct KVCacheSpec {
 
   bool operator==(const KVCacheSpec&) const = default;
 
-  // Entries one logical block of block_size positions holds; throws
-  // InputError unless block_size is a multiple of compress_ratio.
+  // Entries one page of block_size positions holds; throws InputError
+  // unless block_size is a multiple of compress_ratio.
   int64_t entries_per_block(int32_t block_size) const;
   // Bytes of one page: a block's entries, rounded up to page_alignment.
   int64_t page_bytes(int32_t block_size) const;
   // The first position a query at position `query` can still read.
   int64_t first_needed_position(int64_t query) const;
   // The entry slot that position `pos` writes, given the request's block
-  // table for this cache's group; -1 when the position completes no entry
-  // (compressed caches write once per compress_ratio positions).
+  // table for this cache's group and the group's block size (positions per
+  // page, KVCacheGroup::block_size); -1 when the position completes no
+  // entry (compressed caches write once per compress_ratio positions).
   int64_t slot_of_position(const std::vector<int32_t>& block_table, int64_t pos,
                            int32_t block_size) const;
   // One line for logs and kv-plan: format, window, ratio, entry bytes.

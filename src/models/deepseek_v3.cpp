@@ -41,14 +41,9 @@ struct Shard {
   Shard(const ModelConfig& c, const DeepseekConfig& d, int rank_, int size_)
       : rank(rank_), size(size_) {
     auto split = [&](int64_t total, const char* what, int64_t& count, int64_t& begin) {
-      if (total % size != 0) {
-        throw parallel::ParallelConfigError(
-            fmt::format("tensor parallel size {} does not fit this model: {} {} is not "
-                        "divisible by {}",
-                        size, what, total, size));
-      }
-      count = total / size;
-      begin = rank * count;
+      const parallel::EvenSplit s = parallel::split_evenly(total, what, rank, size);
+      count = s.count;
+      begin = s.begin;
     };
     split(c.num_attention_heads, "num_attention_heads", heads, head_begin);
     split(c.intermediate_size, "intermediate_size", dense_inter, dense_inter_begin);

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "kv/kv_cache_dtype.h"
 #include "models/deepseek_indexer.h"
 #include "models/deepseek_v4_compressor.h"
 #include "models/deepseek_v4_config.h"
@@ -43,14 +44,9 @@ struct Shard {
   Shard(const ModelConfig& c, const DeepseekV4Config& v4, int rank_, int size_)
       : rank(rank_), size(size_) {
     auto split = [&](int64_t total, const char* what, int64_t& count, int64_t& begin) {
-      if (total % size != 0) {
-        throw parallel::ParallelConfigError(
-            fmt::format("tensor parallel size {} does not fit this model: {} {} is not "
-                        "divisible by {}",
-                        size, what, total, size));
-      }
-      count = total / size;
-      begin = rank * count;
+      const parallel::EvenSplit s = parallel::split_evenly(total, what, rank, size);
+      count = s.count;
+      begin = s.begin;
     };
     split(v4.o_groups, "o_groups", groups, group_begin);
     heads = groups * (c.num_attention_heads / v4.o_groups);
@@ -105,86 +101,6 @@ struct Workspace {
   ops::MoeScratch moe;
 };
 
-// ---------------------------------------------------------------------------
-// Temporary: entry caches and the sink attention (to be replaced by the ops
-// of the V4 ops work, ops::write_v4_entries / ops::v4_sparse_attention).
-struct EntryCache {
-  uint8_t* data = nullptr;
-  int64_t page_bytes = 0;
-  int32_t entries_per_page = 0;
-  int64_t head_dim = 0;
-  DType dtype = DType::F32;
-
-  uint8_t* entry(int64_t slot) const {
-    return data + slot / entries_per_page * page_bytes +
-           slot % entries_per_page * head_dim * static_cast<int64_t>(dtype_size(dtype));
-  }
-  void write(const float* x, int64_t slot) const {
-    uint8_t* e = entry(slot);
-    if (dtype == DType::F32) {
-      std::memcpy(e, x, head_dim * sizeof(float));
-    } else {
-      auto* b = reinterpret_cast<uint16_t*>(e);
-      for (int64_t i = 0; i < head_dim; ++i) b[i] = f32_to_bf16(x[i]);
-    }
-  }
-  void read(int64_t slot, float* out) const {
-    const uint8_t* e = entry(slot);
-    if (dtype == DType::F32) {
-      std::memcpy(out, e, head_dim * sizeof(float));
-    } else {
-      const auto* b = reinterpret_cast<const uint16_t*>(e);
-      for (int64_t i = 0; i < head_dim; ++i) out[i] = bf16_to_f32(b[i]);
-    }
-  }
-};
-
-void sink_attention(const float* q, int64_t tokens, int heads, const EntryCache& window,
-                    const int32_t* window_slots, int window_count, const EntryCache& comp,
-                    const int32_t* comp_slots, int comp_count, const float* sink, float scale,
-                    float* out) {
-  const int64_t d = window.head_dim;
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::vector<float> keys;
-    std::vector<float> e(d);
-    for (int i = 0; i < window_count; ++i) {
-      const int32_t s = window_slots[t * window_count + i];
-      if (s < 0) continue;
-      window.read(s, e.data());
-      keys.insert(keys.end(), e.begin(), e.end());
-    }
-    for (int i = 0; i < comp_count; ++i) {
-      const int32_t s = comp_slots[t * comp_count + i];
-      if (s < 0) continue;
-      comp.read(s, e.data());
-      keys.insert(keys.end(), e.begin(), e.end());
-    }
-    const int64_t n = static_cast<int64_t>(keys.size()) / d;
-    std::vector<double> sc(n);
-    for (int h = 0; h < heads; ++h) {
-      const float* qh = q + (t * heads + h) * d;
-      double m = sink[h];
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t i = 0; i < d; ++i) s += double{qh[i]} * keys[j * d + i];
-        sc[j] = s * scale;
-        m = std::max(m, sc[j]);
-      }
-      double den = std::exp(sink[h] - m);
-      std::vector<double> acc(d, 0.0);
-      for (int64_t j = 0; j < n; ++j) {
-        const double p = std::exp(sc[j] - m);
-        den += p;
-        for (int64_t i = 0; i < d; ++i) acc[i] += p * keys[j * d + i];
-      }
-      float* o = out + (t * heads + h) * d;
-      for (int64_t i = 0; i < d; ++i) o[i] = static_cast<float>(acc[i] / den);
-    }
-  }
-}
-// ---------------------------------------------------------------------------
-
 class DeepseekV4Model final : public CausalLM {
  public:
   DeepseekV4Model(const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint,
@@ -209,7 +125,18 @@ class DeepseekV4Model final : public CausalLM {
   bool repacked_weights() const override { return vocab_.head().packed; }
 
   std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
-    return deepseek_v4_kv_cache_specs(config_, v4_, kv_dtype);
+    return deepseek_v4_kv_cache_specs(config_, v4_, kv_dtype, indexer_dtype(kv_dtype));
+  }
+  // fp8: FlashMLA's V4 entries (584 B for 448 + 64) and e4m3 indexer keys.
+  bool supports_kv_cache_dtype(DType d) const override {
+    return d == DType::F32 || d == DType::BF16 || d == DType::F8E4M3;
+  }
+  bool has_indexer_cache() const override { return v4_.index_topk > 0; }
+  void set_indexer_cache_dtype(DType d) override { indexer_choice_ = d; }
+  std::string indexer_cache_label(DType kv_dtype) const override {
+    if (v4_.index_topk == 0) return "";
+    const DType d = indexer_dtype(kv_dtype);
+    return d == DType::F8E4M3 || d == DType::F4E2M1 ? std::string(kv_dtype_label(d)) : "";
   }
   // Compressed caches hold 256 / r entries per 256-position block (the
   // seed's, vLLM's mandatory --block-size 256).
@@ -251,7 +178,9 @@ class DeepseekV4Model final : public CausalLM {
   void select_entries(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
                       size_t layer, int64_t tokens, int comp_count);
   void moe(const Layer& w, const BatchMetadata& batch, int64_t tokens);
-  EntryCache entry_cache(const KVCacheView& kv, size_t layer, int cache, int32_t positions) const;
+  // The layout of cache `cache` of a layer whose pages hold `entries` entries.
+  ops::V4EntryLayout entry_layout(const KVCacheView& kv, size_t layer, int cache,
+                                  int32_t entries) const;
 
   ModelConfig config_;
   DeepseekV4Config v4_;
@@ -271,6 +200,11 @@ class DeepseekV4Model final : public CausalLM {
   std::vector<float> inv_freq_window_, inv_freq_compressed_;
   std::vector<float> ones_;  // the weightless per-head RMSNorm of q
   ops::MoeRouting routing_;
+  // --indexer-cache-dtype as the engine resolved it (F32: not set, follow
+  // the KV cache).
+  DType indexer_choice_ = DType::F32;
+  bool indexer_chosen() const { return indexer_choice_ != DType::F32; }
+  DType indexer_dtype(DType kv_dtype) const { return indexer_chosen() ? indexer_choice_ : kv_dtype; }
   int64_t mtp_bytes_ = 0;
   Workspace ws_;
   int64_t capacity_ = 0;
@@ -432,15 +366,14 @@ void DeepseekV4Model::reserve(int64_t tokens) {
   ws.act.resize(tokens * inter);
 }
 
-EntryCache DeepseekV4Model::entry_cache(const KVCacheView& kv, size_t layer, int cache,
-                                        int32_t positions) const {
-  const KVCacheView::Cache& c = kv.layers[layer][cache];
-  EntryCache e;
-  e.data = static_cast<uint8_t*>(c.data);
-  e.page_bytes = c.page_bytes;
-  e.entries_per_page = positions;
-  e.head_dim = config_.head_dim;
+ops::V4EntryLayout DeepseekV4Model::entry_layout(const KVCacheView& kv, size_t layer, int cache,
+                                                 int32_t entries) const {
+  ops::V4EntryLayout e;
+  e.entries_per_page = entries;
+  e.head_dim = static_cast<int>(config_.head_dim);
+  e.rope_dim = static_cast<int>(v4_.qk_rope_head_dim);
   e.dtype = kv.dtype;
+  e.page_bytes = kv.layers[layer][cache].page_bytes;
   return e;
 }
 
@@ -528,7 +461,7 @@ void DeepseekV4Model::select_entries(const Layer& w, const BatchMetadata& batch,
   ops::IndexerLayout layout;
   layout.block_size = per_page;
   layout.head_dim = static_cast<int>(di);
-  layout.dtype = kv.dtype;
+  layout.dtype = indexer_dtype(kv.dtype);
   layout.page_stride = keys.page_bytes;
   ws.index_slots.resize(static_cast<size_t>(packed * k));
   ws.index_entries.resize(static_cast<size_t>(packed * k));
@@ -576,21 +509,21 @@ void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
   ops::rope(ws.kv.data(), tokens, batch.positions.data(), w.inv_freq->data(), rp);
 
   // The window cache: the token's own entry first (it attends to itself).
-  const int32_t window_page = kv.layers[layer][kWindow].block_size;
-  const EntryCache window = entry_cache(kv, layer, kWindow, window_page);
-  const KVGroupMetadata& window_group = batch.kv_groups[kv.layers[layer][kWindow].group];
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (window_group.slot_mapping[t] >= 0) {
-      window.write(ws.kv.data() + t * d, window_group.slot_mapping[t]);
-    }
-  }
+  const KVCacheView::Cache& window_cache = kv.layers[layer][kWindow];
+  const int32_t window_page = window_cache.block_size;
+  const ops::V4EntryLayout window = entry_layout(kv, layer, kWindow, window_page);
+  const KVGroupMetadata& window_group = batch.kv_groups[window_cache.group];
+  ops::write_v4_entries(ws.kv.data(), window_group.slot_mapping.data(), tokens, window,
+                        window_cache.data);
   // Compressors before attention: an entry completed by a token is visible
   // to it (spec §4.3).
   int comp_count = 0;
-  EntryCache comp;
+  ops::V4EntryLayout comp = window;
+  const void* comp_data = nullptr;
   if (w.ratio > 0) {
     const int32_t bs = kv.block_size;
-    comp = entry_cache(kv, layer, kCompressed, static_cast<int32_t>(bs / w.ratio));
+    comp = entry_layout(kv, layer, kCompressed, static_cast<int32_t>(bs / w.ratio));
+    comp_data = kv.layers[layer][kCompressed].data;
     auto run = [&](Compressor& c, int state_cache, auto&& store) {
       const KVCacheView::Cache& sc = kv.layers[layer][state_cache];
       PagedRows rows{static_cast<uint8_t*>(sc.data), sc.page_bytes, sc.block_size,
@@ -601,9 +534,10 @@ void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
     };
     const KVGroupMetadata& comp_group = batch.kv_groups[kv.layers[layer][kCompressed].group];
     run(*w.compressor, kState, [&](int64_t n) {
-      for (int64_t e = 0; e < n; ++e) {
-        comp.write(ws.entries.data() + e * d, comp_group.slot_mapping[ws.entry_rows[e]]);
-      }
+      ws.entry_slots.resize(static_cast<size_t>(n));
+      for (int64_t e = 0; e < n; ++e) ws.entry_slots[e] = comp_group.slot_mapping[ws.entry_rows[e]];
+      ops::write_v4_entries(ws.entries.data(), ws.entry_slots.data(), n, comp,
+                            kv.layers[layer][kCompressed].data);
     });
     if (w.indexer) {
       const KVCacheView::Cache& keys = kv.layers[layer][kIndexerK];
@@ -614,7 +548,7 @@ void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
         ops::IndexerLayout layout;
         layout.block_size = static_cast<int>(bs / 4);
         layout.head_dim = static_cast<int>(v4_.index_head_dim);
-        layout.dtype = kv.dtype;
+        layout.dtype = indexer_dtype(kv.dtype);
         layout.page_stride = keys.page_bytes;
         ops::write_indexer_k(ws.entries.data(), ws.entry_slots.data(), n, layout, keys.data);
       });
@@ -643,9 +577,9 @@ void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
     }
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  sink_attention(ws.q.data(), tokens, static_cast<int>(hn), window, ws.window_slots.data(),
-                 static_cast<int>(W), comp, ws.comp_slots.data(), comp_count, w.sink, scale,
-                 ws.attn.data());
+  ops::v4_sparse_attention(ws.q.data(), tokens, static_cast<int>(hn), window_cache.data, window,
+                           ws.window_slots.data(), static_cast<int>(W), comp_data, comp,
+                           ws.comp_slots.data(), comp_count, w.sink, scale, ws.attn.data());
   // V = K carries each key's rotation: turn the output back to the query's
   // frame (spec §3.2.2).
   rp.num_heads = static_cast<int>(hn);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "models/json_fields.h"
+#include "ops/ops.h"
 
 namespace pagoda {
 
@@ -80,30 +81,23 @@ DeepseekV4Config load_deepseek_v4_config(const std::string& dir, const ModelConf
 }
 
 int64_t deepseek_v4_entry_bytes(int64_t head_dim, int64_t rope_dim, DType kv_dtype) {
-  if (kv_dtype == DType::F8E4M3) {
-    const int64_t nope = head_dim - rope_dim;
-    if (nope % 64 != 0) {
-      throw_input_error("--kv-cache-dtype fp8 needs head_dim - qk_rope_head_dim a multiple of 64 "
-                        "(one scale per 64 values), got {}",
-                        nope);
-    }
-    // FlashMLA's V4 entry: nope e4m3 + rope bf16 + nope/64 UE8M0 scales,
-    // the scale trailer padded to 8 bytes (448 + 128 + 7 + 1 = 584).
-    return nope + 2 * rope_dim + (nope / 64 + 7) / 8 * 8;
-  }
-  return head_dim * static_cast<int64_t>(dtype_size(kv_dtype));
+  // The layout the attention kernels read (ops::V4EntryLayout): fp8 is
+  // FlashMLA's V4 entry, nope e4m3 + rope bf16 + one UE8M0 scale per 64
+  // nope values padded to 8 bytes (448 + 128 + 7 + 1 = 584).
+  ops::V4EntryLayout layout;
+  layout.head_dim = static_cast<int>(head_dim);
+  layout.rope_dim = static_cast<int>(rope_dim);
+  layout.dtype = kv_dtype;
+  return layout.entry_bytes();
 }
 
-int64_t deepseek_v4_indexer_entry_bytes(int64_t head_dim, DType kv_dtype, bool fp4) {
-  if (fp4) {
-    if (head_dim % 32 != 0) {
-      throw_input_error("--indexer-cache-dtype fp4 needs index_head_dim a multiple of 32, got {}",
-                        head_dim);
-    }
-    return head_dim / 2 + head_dim / 32;  // e2m1 pairs + UE8M0 per 32 (68 for 128)
-  }
-  if (kv_dtype == DType::F8E4M3) return head_dim + 4;  // e4m3 + f32 scale (132 for 128)
-  return head_dim * static_cast<int64_t>(dtype_size(kv_dtype));
+int64_t deepseek_v4_indexer_entry_bytes(int64_t head_dim, DType indexer_dtype) {
+  // The layout indexer_topk reads (ops::IndexerLayout), per key.
+  ops::IndexerLayout layout;
+  layout.block_size = 1;
+  layout.head_dim = static_cast<int>(head_dim);
+  layout.dtype = indexer_dtype;
+  return layout.page_bytes();
 }
 
 namespace {
@@ -135,7 +129,7 @@ KVCacheSpec state_spec(int64_t ratio, int64_t dim, int64_t target) {
 
 std::vector<LayerKVCache> deepseek_v4_kv_cache_specs(const ModelConfig& config,
                                                      const DeepseekV4Config& v4, DType kv_dtype,
-                                                     bool indexer_fp4) {
+                                                     DType indexer_dtype) {
   const int64_t d = config.head_dim, rope = v4.qk_rope_head_dim;
   const std::string fmt_name =
       kv_dtype == DType::F8E4M3
@@ -153,14 +147,13 @@ std::vector<LayerKVCache> deepseek_v4_kv_cache_specs(const ModelConfig& config,
 
   KVCacheSpec index_k;
   if (v4.index_head_dim > 0) {
-    index_k.entry_bytes = deepseek_v4_indexer_entry_bytes(v4.index_head_dim, kv_dtype, indexer_fp4);
+    index_k.entry_bytes = deepseek_v4_indexer_entry_bytes(v4.index_head_dim, indexer_dtype);
     index_k.compress_ratio = 4;
     index_k.page_alignment = kPageAlignment;
-    index_k.format = indexer_fp4 ? fmt::format("indexer k {} mxfp4", v4.index_head_dim)
-                                 : fmt::format("indexer k {} {}", v4.index_head_dim,
-                                               kv_dtype == DType::F8E4M3
-                                                   ? std::string("fp8")
-                                                   : std::string(dtype_name(kv_dtype)));
+    index_k.format = fmt::format("indexer k {} {}", v4.index_head_dim,
+                                 indexer_dtype == DType::F4E2M1   ? std::string("mxfp4")
+                                 : indexer_dtype == DType::F8E4M3 ? std::string("fp8")
+                                                                  : std::string(dtype_name(indexer_dtype)));
   }
   const int64_t index_page = (kBlockPositions / 4) * index_k.entry_bytes;
 

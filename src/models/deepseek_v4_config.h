@@ -60,12 +60,13 @@ DeepseekV4Config load_deepseek_v4_config(const std::string& dir, const ModelConf
 
 // Bytes of one main (window or compressed) entry in a cache of kv_dtype:
 // head_dim values (F32/BF16), or FlashMLA's V4 fp8 entry for F8E4M3 (nope
-// e4m3 bytes + rope bf16 + one UE8M0 scale per 64 nope values, padded to 8).
+// e4m3 bytes + rope bf16 + one UE8M0 scale per 64 nope values, a partial
+// last group included, padded to 8).
 int64_t deepseek_v4_entry_bytes(int64_t head_dim, int64_t rope_dim, DType kv_dtype);
-// Bytes of one indexer key of head_dim values: F32/BF16, F8E4M3 (+ f32
-// scale, 132 B for 128), or with fp4 (--indexer-cache-dtype fp4) MXFP4:
-// e2m1 pairs + one UE8M0 scale per 32 values, 68 B for 128.
-int64_t deepseek_v4_indexer_entry_bytes(int64_t head_dim, DType kv_dtype, bool fp4);
+// Bytes of one indexer key of head_dim values in a cache of indexer_dtype:
+// F32/BF16, F8E4M3 (+ f32 scale, 132 B for 128), or F4E2M1 (MXFP4: e2m1
+// pairs + one UE8M0 scale per 32 values, 68 B for 128).
+int64_t deepseek_v4_indexer_entry_bytes(int64_t head_dim, DType indexer_dtype);
 
 // Per layer, in this order: "swa" (window of W raw entries, 64 positions a
 // page), and for a compressed layer "compressed" (one entry per r
@@ -78,6 +79,6 @@ int64_t deepseek_v4_indexer_entry_bytes(int64_t head_dim, DType kv_dtype, bool f
 // MTP layers keep no cache (loaded, not run).
 std::vector<LayerKVCache> deepseek_v4_kv_cache_specs(const ModelConfig& config,
                                                      const DeepseekV4Config& v4, DType kv_dtype,
-                                                     bool indexer_fp4 = false);
+                                                     DType indexer_dtype);
 
 }  // namespace pagoda

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_cache_dtype.h"
 #include "kv/kv_cache_memory.h"
 #include "kv/kv_cache_spec.h"
 #include "models/config.h"
@@ -23,8 +24,13 @@ namespace pagoda {
 // Where one KV-cache group's caches write and read this step (each group of
 // caches with the same spec has its own block tables; kv/kv_cache_plan.h).
 struct KVGroupMetadata {
-  // [num_tokens] entry slot each token writes (block * entries per block +
-  // entry in block), -1 where it writes none (a compressed cache writes
+  // Token positions one block-table entry (one page) of this group covers:
+  // the group's block size (KVCacheGroup::block_size), which may be smaller
+  // than the engine's (DeepSeek V4's 64-position window pages, 4-position
+  // compressor-state pages).
+  int32_t block_size = 0;
+  // [num_tokens] entry slot each token writes (page * entries per page +
+  // entry in page), -1 where it writes none (a compressed cache writes
   // once per compress_ratio positions).
   std::vector<int64_t> slot_mapping;
   // Persistent rows of max_blocks_per_seq block ids (padded with 0), one
@@ -123,6 +129,15 @@ class CausalLM {
     (void)observer;
     return false;
   }
+  // Models with a separately formatted indexer-key cache (DeepSeek V4):
+  // whether they take --indexer-cache-dtype, and setting it (before
+  // kv_cache_specs; the element type of its keys: F32, BF16, F8E4M3 or
+  // F4E2M1). The default refuses.
+  virtual bool has_indexer_cache() const { return false; }
+  virtual void set_indexer_cache_dtype(DType /*d*/) {}
+  // The indexer keys' format when it is not implied by the KV cache dtype
+  // ("fp8", "fp4"; "" otherwise), for logs and the reference comparisons.
+  virtual std::string indexer_cache_label(DType /*kv_dtype*/) const { return ""; }
   // Tokens per KV block when the user does not choose (--block-size).
   virtual int32_t default_block_size() const { return 16; }
   // Anything about the load a user should see in the start-up line (e.g.
@@ -143,7 +158,10 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
 
 // The KV caches the model in DIR declares (whole model, one rank), from
 // its config alone: what `pagoda kv-plan` sizes. InputError as load_model.
-std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype);
+// indexer: DeepSeek V4's indexer-key format (--indexer-cache-dtype);
+// InputError for any other architecture unless Auto.
+std::vector<LayerKVCache> kv_cache_specs_of_config(
+    const std::string& dir, DType kv_dtype, IndexerCacheDType indexer = IndexerCacheDType::Auto);
 
 // Resident bytes of this process's mappings of *.safetensors files (from
 // /proc/self/smaps): the checkpoint pages this rank actually touched.

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "models/deepseek_v3.h"
 #include "models/deepseek_v4.h"
+#include "models/deepseek_v4_config.h"
 #include "models/llama.h"
 #include "models/model.h"
 
@@ -72,8 +73,19 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, parallel::Communica
   return it->second(config, Checkpoint::open(dir), comm, options);
 }
 
-std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype) {
+std::vector<LayerKVCache> kv_cache_specs_of_config(const std::string& dir, DType kv_dtype,
+                                                   IndexerCacheDType indexer) {
   const ModelConfig config = load_model_config(dir);
+  // V4's caches depend on fields only its own config reader knows (the
+  // per-layer compress_ratios, the indexer key format).
+  if (config.architecture == "DeepseekV4ForCausalLM") {
+    return deepseek_v4_kv_cache_specs(config, load_deepseek_v4_config(dir, config), kv_dtype,
+                                      resolve_indexer_cache_dtype(indexer, kv_dtype));
+  }
+  if (indexer != IndexerCacheDType::Auto) {
+    throw_input_error("{}/config.json: --indexer-cache-dtype is for DeepSeek V4, not '{}'", dir,
+                      config.architecture);
+  }
   if (config.architecture.rfind("Deepseek", 0) == 0) {
     return deepseek_kv_cache_specs(config, load_deepseek_config(dir), kv_dtype);
   }

@@ -70,6 +70,15 @@ void finalize() {
 #endif
 }
 
+EvenSplit split_evenly(int64_t total, const char* what, int rank, int size) {
+  if (total % size != 0) {
+    throw ParallelConfigError(fmt::format(
+        "tensor parallel size {} does not fit this model: {} {} is not divisible by {}", size,
+        what, total, size));
+  }
+  return {rank * (total / size), total / size};
+}
+
 void check_tensor_parallel_size(int tensor_parallel_size, const Communicator& comm) {
   if (tensor_parallel_size < 1) {
     throw ParallelConfigError(

@@ -60,6 +60,14 @@ void finalize();
 // Whether this build can run across processes.
 bool built_with_mpi();
 
+// This rank's share of `total` items split evenly over `size` ranks (heads,
+// output groups, intermediate features): [begin, begin + count).
+// ParallelConfigError naming `what` when total is not divisible by size.
+struct EvenSplit {
+  int64_t begin = 0, count = 0;
+};
+EvenSplit split_evenly(int64_t total, const char* what, int rank, int size);
+
 // Throws ParallelConfigError unless `tensor_parallel_size` equals the
 // number of processes launched (the same check, and message, on every rank).
 void check_tensor_parallel_size(int tensor_parallel_size, const Communicator& comm);

@@ -112,12 +112,14 @@ std::string Metrics::render(const EngineStats& s, const std::string& model_name)
        "Requests in the running batch.", static_cast<double>(s.num_running));
   both("gauge", "pagoda_num_requests_waiting", "vllm:num_requests_waiting",
        "Requests waiting to be scheduled.", static_cast<double>(s.num_waiting));
-  family("gauge", "pagoda_kv_cache_blocks_total", "KV-cache blocks in the pool.",
+  family("gauge", "pagoda_kv_cache_blocks_total",
+         "KV-cache blocks in the pools (summed over page-size pools).",
          {{"", s.kv_blocks_total}});
   family("gauge", "pagoda_kv_cache_blocks_free", "KV-cache blocks no request holds.",
          {{"", s.kv_blocks_free}});
   family("gauge", "pagoda_kv_cache_token_capacity",
-         "Token positions the KV cache holds (blocks x block size), in the cache's dtype.",
+         "Token positions the KV cache holds: full-length sequences its scarcest pool holds "
+         "x max_model_len (blocks x block size for a single pool).",
          {{"", static_cast<double>(s.kv_token_capacity)}});
   both("gauge", "pagoda_kv_cache_usage_perc", "vllm:kv_cache_usage_perc",
        "Fraction of KV-cache blocks in use.", usage);

@@ -81,10 +81,14 @@ test("a text prompt is served", async () => {
 });
 
 test("/metrics reports the KV cache's token capacity, as the start-up line does", async () => {
-  const slots = Number(server.stderr().match(/= (\d+) token slots/)[1]);
+  const line = server.stderr().match(/, ([\d/]+) blocks in (\d+) pool\(s\), (\d+)-token blocks = (\d+) token slots/);
+  const pools = line[1].split("/").map(Number);
+  assert.equal(pools.length, Number(line[2]));
   const metrics = await (await fetch(server.url + "/metrics")).text();
   const capacity = Number(metrics.match(/^pagoda_kv_cache_token_capacity (\d+)/m)[1]);
   const blocks = Number(metrics.match(/^pagoda_kv_cache_blocks_total (\d+)/m)[1]);
-  assert.equal(capacity, slots);
-  assert.equal(capacity, blocks * (arch === "v4" ? 256 : 4));  // the block size
+  assert.equal(capacity, Number(line[4]));
+  assert.equal(blocks, pools.reduce((a, b) => a + b, 0));  // summed over the page-size pools
+  // One pool (V3): every block holds block-size positions of every layer.
+  if (pools.length === 1) assert.equal(capacity, blocks * Number(line[3]));
 });

@@ -24,7 +24,7 @@ inline std::vector<float> prefill_and_decode(CausalLM& model, const std::vector<
   const int64_t vocab = model.config().vocab_size;
   // One block of every group: each group's table is {0}.
   const KVCachePlan plan = plan_kv_cache(model.kv_cache_specs(DType::F32), kBlock);
-  KVCacheMemory memory(plan, 1, DType::F32);
+  KVCacheMemory memory(plan, std::vector<int64_t>(plan.pools.size(), 1), DType::F32);
   const KVCacheView& view = memory.view();
   BatchMetadata b;
   b.token_ids = prompt;
@@ -33,6 +33,7 @@ inline std::vector<float> prefill_and_decode(CausalLM& model, const std::vector<
   b.seq_lens = {n};
   b.kv_groups.resize(plan.groups.size());
   for (KVGroupMetadata& g : b.kv_groups) {
+    g.block_size = kBlock;
     g.slot_mapping.assign(b.positions.begin(), b.positions.end());
     g.block_tables = {0};
     g.max_blocks_per_seq = 1;
