@@ -16,10 +16,13 @@
 // whole context, or the V3.2 indexer scoring every key before its top-k),
 // and random keys make the top-k a scattered set of positions, as real ones
 // are (all-zero keys would tie and pick the first index_topk positions, a
-// contiguous, cache-friendly read). Reported: ms per decode step, the KV
-// bytes the pools hold per sequence at N (used blocks x page bytes x
-// slots) next to `pagoda kv-plan`'s figure, and the step's bytes (weights
-// + the KV the model says a token reads) against the read bandwidth.
+// contiguous, cache-friendly read). Reported: ms per decode step; the KV
+// bytes per sequence at N, the request's pages (LLMEngine::kv_bytes_held)
+// and the pools' used blocks x page bytes x slots, next to `pagoda
+// kv-plan`'s two figures (which are the most a sequence holds at once: a
+// sliding group's window + 2 pages, where at rest it holds its window);
+// and the step's bytes (weights + the KV the model says a token reads)
+// against the read bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,7 +52,8 @@ struct LatencyArgs : BenchModelArgs {
 struct Run {
   double prefill_s = 0, decode_s = 0;
   int64_t decode_steps = 0;
-  int64_t kv_bytes_held = 0;  // --context-len: what the pools hold once the contexts are in
+  int64_t kv_bytes_held = 0;      // --context-len: the requests' pages once the contexts are in
+  int64_t kv_bytes_reserved = 0;  // ... and the pools' used blocks x page bytes x slots
 };
 
 // Bytes of the pages in use in every pool: used blocks x page bytes x slots
@@ -86,7 +90,13 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
     }
   }
   Run r;
-  if (a.context_len > 0) r.kv_bytes_held = kv_bytes_in_use(engine);
+  if (a.context_len > 0) {
+    for (int i = 0; i < a.batch; ++i) {
+      r.kv_bytes_held +=
+          engine.kv_bytes_held("lat-" + std::to_string(tag) + "-" + std::to_string(i));
+    }
+    r.kv_bytes_reserved = kv_bytes_in_use(engine);
+  }
   const auto t0 = Clock::now();
   int started = 0;
   auto t_first = t0;
@@ -180,13 +190,14 @@ int run_latency(LatencyArgs& a) {
   // engine's block size (what `pagoda kv-plan --context N` prints). An
   // architecture kv-plan cannot size yet is reported as such, not fatal:
   // the timing does not depend on it.
-  int64_t plan_bytes = -1;
+  int64_t plan_bytes = -1, plan_reserved = -1;
   std::string plan_error;
   if (with_context) {
     try {
-      plan_bytes = plan_kv_cache(kv_cache_specs_of_config(a.model, engine.kv_cache_dtype()),
-                                 engine.options().block_size)
-                       .bytes_per_sequence(a.context_len);
+      const KVCachePlan plan = plan_kv_cache(
+          kv_cache_specs_of_config(a.model, engine.kv_cache_dtype()), engine.options().block_size);
+      plan_bytes = plan.bytes_per_sequence(a.context_len);
+      plan_reserved = plan.reserved_bytes_per_sequence(a.context_len);
     } catch (const InputError& e) {
       plan_error = e.what();
     }
@@ -218,7 +229,7 @@ int run_latency(LatencyArgs& a) {
 
   std::mt19937_64 rng(a.seed);
   std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms;
-  int64_t kv_bytes_held = 0;
+  int64_t kv_bytes_held = 0, kv_bytes_reserved = 0;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
     const Run r = run_once(engine, a, rng, i);
     if (with_context && r.decode_steps != a.output_len - 1) {
@@ -226,6 +237,7 @@ int run_latency(LatencyArgs& a) {
                                       r.decode_steps, a.output_len - 1));
     }
     kv_bytes_held = r.kv_bytes_held;
+    kv_bytes_reserved = r.kv_bytes_reserved;
     if (i < a.warmup) continue;
     // With --context-len the first step computes one token per request (the
     // last prompt token at the context): no prefill speed.
@@ -314,6 +326,11 @@ int run_latency(LatencyArgs& a) {
     j["kv_bytes_per_sequence"] = kv_bytes_held / a.batch;
     j["kv_plan_bytes_per_sequence"] = plan_bytes >= 0 ? nlohmann::json(plan_bytes) : nlohmann::json();
     if (plan_bytes < 0) j["kv_plan_error"] = plan_error;
+    // What the pools set aside for them: a page in every slot of a pool per
+    // block id, also the slots a smaller group of a shared pool leaves empty.
+    j["kv_reserved_bytes_per_sequence"] = kv_bytes_reserved / a.batch;
+    j["kv_plan_reserved_bytes_per_sequence"] =
+        plan_reserved >= 0 ? nlohmann::json(plan_reserved) : nlohmann::json();
     j["kv_read_bytes_per_token"] = kv_read_bytes(engine, mean_context);
     j["first_step_ms"] = median(first_step_ms);
     j["prefix_caching"] = false;

@@ -337,10 +337,29 @@ void LLMEngine::add_request_with_context(const std::string& request_id,
     }
     done = next;
   }
+  // What the first decode step's allocation would release first: a sliding
+  // group still holds every page of the last chunk, most of them outside
+  // the window of the query at num_computed.
+  PAGODA_CHECK(kv_->allocate(r.kv, num_computed, num_computed), "releasing needs no page");
   runner_->fill_kv_pages(r.kv, seed);
   r.num_computed_tokens = num_computed;
   scheduler_->add(&r);
   requests_.emplace(request_id, std::move(request));
+}
+
+int64_t LLMEngine::kv_bytes_held(const std::string& request_id) const {
+  const auto it = requests_.find(request_id);
+  if (it == requests_.end()) throw_input_error("unknown request id '{}'", request_id);
+  const KVCachePlan& plan = kv_->plan();
+  const auto& tables = it->second->kv.block_tables;
+  int64_t bytes = 0;
+  for (size_t g = 0; g < tables.size(); ++g) {
+    const int64_t pages = std::count_if(tables[g].begin(), tables[g].end(),
+                                        [](int32_t b) { return b >= 0; });
+    bytes += pages * plan.pools[plan.groups[g].pool].page_bytes *
+             static_cast<int64_t>(plan.groups[g].tensors.size());
+  }
+  return bytes;
 }
 
 bool LLMEngine::abort_request(const std::string& request_id) {

@@ -152,6 +152,10 @@ class LLMEngine {
   void add_request_with_context(const std::string& request_id, std::vector<int32_t> prompt_ids,
                                 const SamplingParams& params, int64_t num_computed,
                                 uint64_t seed);
+  // Bytes of the pages an unfinished request holds: over every group, its
+  // pages x the pool's page bytes x the group's tensors (what
+  // KVCachePlan::bytes_per_sequence predicts); InputError if unknown.
+  int64_t kv_bytes_held(const std::string& request_id) const;
   // Finishes a request at once with reason Abort; false if unknown.
   bool abort_request(const std::string& request_id);
 

@@ -43,6 +43,7 @@ TEST(ContextTakenAsComputed, DecodeStepsStartAtTheContextWithoutAPrefill) {
   engine.add_request_with_context("c", random_prompt(1, 201), greedy(3), 200, /*seed=*/7);
   // 200 positions = 12.5 blocks of 16: 13 blocks held before any step.
   EXPECT_EQ(used_blocks(engine), 13);
+  EXPECT_EQ(engine.kv_bytes_held("c"), engine.kv_cache().plan().bytes_per_sequence(200));
   int steps = 0;
   std::vector<int32_t> tokens;
   while (engine.has_unfinished()) {
@@ -81,10 +82,9 @@ TEST(ContextTakenAsComputed, TheModelReadsTheFilledPages) {
   for (float v : a) ASSERT_TRUE(std::isfinite(v));
 }
 
-// A window-8 model on blocks of 4 (layers 1, 2, 4 sliding): the full group
-// holds all 50 blocks of 200 positions, the sliding one only its window
-// (two blocks, + one partly outside, + the one being written), as after a
-// real chunked prefill; then it decodes.
+// A window-8 model on blocks of 4 (layers 1, 2, 4 sliding): the full
+// group holds all 50 blocks of 200 positions, the sliding ones only their
+// window, as after a real chunked prefill; then it decodes.
 TEST(ContextTakenAsComputed, SlidingGroupsHoldOnlyTheirWindow) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("pagoda_ctx_swa_" + std::to_string(::getpid()));
@@ -102,11 +102,27 @@ TEST(ContextTakenAsComputed, SlidingGroupsHoldOnlyTheirWindow) {
   EngineOptions o = no_prefix_cache();
   o.block_size = 4;
   LLMEngine engine(dir.string(), o);
-  ASSERT_EQ(engine.kv_cache().groups().size(), 2u);
+  const KVCachePlan& plan = engine.kv_cache().plan();
+  bool has_sliding = false;
+  for (const KVCacheGroup& g : plan.groups) has_sliding |= g.spec.sliding_window > 0;
+  ASSERT_TRUE(has_sliding);
   engine.add_request_with_context("c", random_prompt(3, 201), greedy(4), 200, 1);
-  // Counted through the pool, which both groups draw from.
-  EXPECT_GE(used_blocks(engine), 50 + 2);
-  EXPECT_LE(used_blocks(engine), 50 + 4);
+  // kv-plan's figure is the most a sequence holds at once: a sliding
+  // group's window + 2 pages (one partly outside, one being written). At
+  // rest, before the next token, it holds the window's 2 pages of 4.
+  int64_t two_pages = 0;
+  for (const KVCacheGroup& g : plan.groups) {
+    if (g.spec.sliding_window > 0) {
+      two_pages += 2 * plan.pools[g.pool].page_bytes * static_cast<int64_t>(g.tensors.size());
+    }
+  }
+  EXPECT_EQ(engine.kv_bytes_held("c"), plan.bytes_per_sequence(200) - two_pages);
+  // Every group holding all 50 blocks would be far more.
+  int64_t all_blocks = 0;
+  for (const KVCacheGroup& g : plan.groups) {
+    all_blocks += 50 * plan.pools[g.pool].page_bytes * static_cast<int64_t>(g.tensors.size());
+  }
+  EXPECT_LT(engine.kv_bytes_held("c"), all_blocks * 3 / 4);
   int steps = 0;
   while (engine.has_unfinished()) {
     engine.step();
