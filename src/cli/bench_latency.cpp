@@ -190,13 +190,16 @@ int run_latency(LatencyArgs& a) {
   // engine's block size (what `pagoda kv-plan --context N` prints). An
   // architecture kv-plan cannot size yet is reported as such, not fatal:
   // the timing does not depend on it.
-  int64_t plan_bytes = -1, plan_reserved = -1;
+  // plan_bytes: what a decoding sequence holds between steps (what is
+  // measured here); plan_peak: the most it holds during a step.
+  int64_t plan_bytes = -1, plan_peak = -1, plan_reserved = -1;
   std::string plan_error;
   if (with_context) {
     try {
       const KVCachePlan plan = plan_kv_cache(
           kv_cache_specs_of_config(a.model, engine.kv_cache_dtype()), engine.options().block_size);
-      plan_bytes = plan.bytes_per_sequence(a.context_len);
+      plan_bytes = plan.bytes_held_between_steps(a.context_len);
+      plan_peak = plan.bytes_per_sequence(a.context_len);
       plan_reserved = plan.reserved_bytes_per_sequence(a.context_len);
     } catch (const InputError& e) {
       plan_error = e.what();
@@ -326,6 +329,8 @@ int run_latency(LatencyArgs& a) {
     j["kv_bytes_per_sequence"] = kv_bytes_held / a.batch;
     j["kv_plan_bytes_per_sequence"] = plan_bytes >= 0 ? nlohmann::json(plan_bytes) : nlohmann::json();
     if (plan_bytes < 0) j["kv_plan_error"] = plan_error;
+    j["kv_plan_peak_bytes_per_sequence"] =
+        plan_peak >= 0 ? nlohmann::json(plan_peak) : nlohmann::json();
     // What the pools set aside for them: a page in every slot of a pool per
     // block id, also the slots a smaller group of a shared pool leaves empty.
     j["kv_reserved_bytes_per_sequence"] = kv_bytes_reserved / a.batch;

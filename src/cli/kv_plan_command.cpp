@@ -228,6 +228,8 @@ int run_kv_plan(const KvPlanArgs& a) {
                                         {"kinds", kinds_json},
                                         {"pools", pools},
                                         {"bytes_per_sequence", total},
+                                        {"bytes_between_steps",
+                                         plan.bytes_held_between_steps(a.context)},
                                         {"reserved_bytes_per_sequence",
                                          plan.reserved_bytes_per_sequence(a.context)},
                                         {"exact_bytes_per_sequence", exact_total},
@@ -283,6 +285,12 @@ int run_kv_plan(const KvPlanArgs& a) {
   }
   std::printf("total: %lld bytes (%.2f GiB) per sequence in pages held\n",
               static_cast<long long>(total), gib(total));
+  const int64_t between = plan.bytes_held_between_steps(a.context);
+  if (between != total) {
+    std::printf("between decode steps: %lld bytes (%.2f GiB) (sliding-window caches hold only "
+                "their window's pages)\n",
+                static_cast<long long>(between), gib(between));
+  }
   return 0;
 }
 

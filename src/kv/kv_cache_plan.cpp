@@ -185,6 +185,18 @@ int64_t KVCachePlan::bytes_per_sequence(int64_t num_tokens) const {
   return total;
 }
 
+int64_t KVCachePlan::bytes_held_between_steps(int64_t num_tokens) const {
+  int64_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t b = groups[g].block_size;
+    const int64_t first = groups[g].spec.first_needed_position(num_tokens) / b;
+    const int64_t pages = num_tokens == 0 ? 0 : (num_tokens - 1) / b - first + 1;
+    total += pages * pools[groups[g].pool].page_bytes *
+             static_cast<int64_t>(groups[g].tensors.size());
+  }
+  return total;
+}
+
 int64_t KVCachePlan::reserved_bytes_per_sequence(int64_t num_tokens) const {
   const std::vector<int64_t> need = blocks_per_sequence(num_tokens);
   int64_t total = 0;

@@ -92,6 +92,12 @@ struct KVCachePlan {
   // at once, over every group's pages of every tensor (pages at the pool's
   // page size: alignment and bucket padding included).
   int64_t bytes_per_sequence(int64_t num_tokens) const;
+  // Bytes of the pages a sequence holds between steps once num_tokens
+  // positions are computed: a sliding group only the pages of positions
+  // [num_tokens - W + 1, num_tokens) (the next query's window; the manager
+  // released the rest), a full group every page. What a decoding request
+  // holds; bytes_per_sequence adds the pages a step may take on the way.
+  int64_t bytes_held_between_steps(int64_t num_tokens) const;
   // Pool memory one such sequence takes: its block ids in each pool times
   // that pool's slots x page bytes (adds the slots a smaller group leaves
   // empty). The engine sizes pools by it (pool p gets

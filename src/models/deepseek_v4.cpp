@@ -127,6 +127,31 @@ class DeepseekV4Model final : public CausalLM {
   std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
     return deepseek_v4_kv_cache_specs(config_, v4_, kv_dtype, indexer_dtype(kv_dtype));
   }
+  // A decode token reads its window, the compressed entries it attends to
+  // (c4a: index_topk of them, after scoring every indexer key; other
+  // ratios: all), and on average c state rows (c * r rows once every r
+  // positions, when an entry completes).
+  int64_t kv_bytes_read_per_token(int64_t context, DType kv_dtype) const override {
+    int64_t bytes = 0;
+    for (const LayerKVCache& c : kv_cache_specs(kv_dtype)) {
+      const KVCacheSpec& spec = c.spec;
+      const int64_t ratio = v4_.compress_ratio(c.layer);
+      int64_t entries = 0;
+      if (c.name == "swa") {
+        entries = std::min(context, spec.sliding_window);
+      } else if (c.name == "compressed") {
+        entries = context / ratio;
+        if (DeepseekV4Config::overlaps(ratio)) entries = std::min(entries, v4_.index_topk);
+      } else if (c.name == "indexer_k") {
+        entries = context / 4;
+      } else {  // compressor and indexer states
+        entries = DeepseekV4Config::overlaps(ratio) ? 2 : 1;
+      }
+      bytes += entries * spec.entry_bytes;
+    }
+    return bytes;
+  }
+
   // fp8: FlashMLA's V4 entries (584 B for 448 + 64) and e4m3 indexer keys.
   bool supports_kv_cache_dtype(DType d) const override {
     return d == DType::F32 || d == DType::BF16 || d == DType::F8E4M3;
