@@ -82,6 +82,12 @@ check r128-610 r128 1e-4 "$(ids 610 11)" --max-num-batched-tokens 100
 for n in 127 128 129; do
   check r128-len$n r128 1e-4 "$(ids $n $n)"
 done
+# ... and every one of the 610 prompt positions (prompt logprobs).
+"$pagoda" generate --model "$tmp/r128" --prompt-token-ids "$(ids 610 11)" --max-tokens 1 --temperature 0 \
+  --prompt-logprobs 3 --json --quiet --max-num-batched-tokens 200 >"$tmp/plp128.json" 2>"$tmp/plp128.err" ||
+  fail "r128 prompt logprobs: $(tail -3 "$tmp/plp128.err")"
+$py "$tools/compare_prompt_logprobs.py" --model "$tmp/r128" --pagoda-json "$tmp/plp128.json" --top-n 3 ||
+  fail "r128 prompt logprobs at every position"
 # Every prompt position, not only the last: prompt_logprobs (the top 5 and
 # the prompt token's own, at each of 300 positions, from chunks of 37)
 # against the log-softmax of the reference's logits.
