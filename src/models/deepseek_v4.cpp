@@ -91,6 +91,10 @@ struct Workspace {
   std::vector<float> X, X_next, y, a, o, post, C;
   std::vector<float> q_a, q, kv, attn, grouped, z;
   std::vector<int32_t> window_slots, comp_slots;
+  // The window group window_slots was built for this step (-1: none yet):
+  // layers whose window caches share a group share its lists.
+  int32_t window_slots_group = -1;
+  std::vector<int32_t> seq_of;  // [tokens] the sequence of each token row
   std::vector<float> entries;
   std::vector<int32_t> entry_rows;
   std::vector<int64_t> entry_slots;
@@ -495,13 +499,9 @@ void DeepseekV4Model::select_entries(const Layer& w, const BatchMetadata& batch,
                     ops::IndexerOrder::Position);
   // Back to each token's row, as slots of the main compressed cache (its
   // own block tables: another group).
-  std::vector<int32_t> seq_of(static_cast<size_t>(tokens));
-  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
-    for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) seq_of[t] = s;
-  }
   for (int64_t p = 0; p < packed; ++p) {
     const int32_t t = picked[p];
-    const int32_t* table = comp_ab.block_table(seq_of[t]);
+    const int32_t* table = comp_ab.block_table(ws.seq_of[t]);
     for (int j = 0; j < k; ++j) {
       const int32_t i = ws.index_entries[p * k + j];
       if (i >= 0) ws.comp_slots[t * k + j] = entry_slot(table, i);
@@ -586,10 +586,11 @@ void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
     select_entries(w, batch, kv, layer, tokens, comp_count);
   }
 
-  // Window slots: positions max(0, t - W + 1) .. t (spec §4.1).
+  // Window slots: positions max(0, t - W + 1) .. t (spec §4.1), once per
+  // window group and step.
   const int64_t W = v4_.sliding_window;
   const ops::AttentionBatch wab = attention_batch(batch, window_group);
-  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+  for (int32_t s = 0; s < batch.num_seqs() && ws.window_slots_group != window_cache.group; ++s) {
     const int32_t* table = wab.block_table(s);
     for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) {
       const int64_t pos = batch.positions[t];
@@ -601,6 +602,7 @@ void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
       for (; n < W; ++n) out[n] = -1;
     }
   }
+  ws.window_slots_group = window_cache.group;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   ops::v4_sparse_attention(ws.q.data(), tokens, static_cast<int>(hn), window_cache.data, window,
                            ws.window_slots.data(), static_cast<int>(W), comp_data, comp,
@@ -669,6 +671,11 @@ void DeepseekV4Model::forward(const BatchMetadata& batch, const KVCacheView& kv,
   PAGODA_CHECK(kv.layers.size() == layers_.size(), "kv layers {}", kv.layers.size());
   reserve(tokens);
   Workspace& ws = ws_;
+  ws.window_slots_group = -1;
+  ws.seq_of.resize(static_cast<size_t>(tokens));
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) ws.seq_of[t] = s;
+  }
   // Every stream starts as the token's embedding.
   vocab_.embed(batch.token_ids.data(), tokens, ws.y.data());
   for (int64_t t = 0; t < tokens; ++t) {

@@ -108,6 +108,12 @@ done
 expect_exit 2 "kv-cache-dtype fp8 is not supported" -- "$pagoda" generate --model "$model" \
   --prompt hi --kv-cache-dtype fp8
 
+# --indexer-cache-dtype is for DeepSeek V4's indexer keys only.
+expect_exit 2 "indexer-cache-dtype is for DeepSeek V4" -- "$pagoda" generate --model "$model" \
+  --prompt hi --indexer-cache-dtype fp4
+expect_exit 2 "indexer-cache-dtype" -- "$pagoda" generate --model "$model" --prompt hi \
+  --indexer-cache-dtype fp2
+
 # --kv-cache-dtype: the summary names the cache dtype (auto keeps f32 for
 # the f32 demo model), and a bf16 cache holds twice the blocks of an f32
 # one in the same --kv-cache-memory.
