@@ -60,17 +60,12 @@ class AsyncLLM:
         shown, text, ids = parse_prompt(prompt)
         if ids is None:
             ids = self._tokenizer.encode(text)
-        max_tokens = sp.max_tokens
-        if max_tokens is None:
-            max_tokens = max(1, self._engine.max_model_len - len(ids))
-        base = sp._engine_params(max_tokens, self._tokenizer)
+        choices = sp._engine_choices(lambda: len(ids), self._engine.max_model_len, self._tokenizer,
+                                     self._rng)
         rids = [request_id] if sp.n == 1 else [f"{request_id}-{c}" for c in range(sp.n)]
         streams = []
         try:
-            for c, rid in enumerate(rids):
-                p = base.for_choice(c)  # the server's expansion of n
-                if p.seed is None and self._rng is not None:
-                    p.seed = self._rng.getrandbits(63)
+            for rid, p in zip(rids, choices):
                 streams.append(self._engine.submit(rid, ids, p))
         except BaseException:
             for rid in rids[:len(streams)]:

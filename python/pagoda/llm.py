@@ -50,18 +50,12 @@ class LLM:
             if not isinstance(sp, SamplingParams):
                 raise TypeError(f"sampling_params must be pagoda.SamplingParams, got "
                                 f"{type(sp).__name__}")
-            max_tokens = sp.max_tokens
-            if max_tokens is None:  # vLLM: up to the context length
-                if ids is None:
-                    ids = self._tokenizer.encode(text)
-                max_tokens = max(1, self._engine.max_model_len - len(ids))
-            base = sp._engine_params(max_tokens, self._tokenizer)
-            # n choices: n engine requests, expanded as the server does
-            # (SamplingParams::for_choice: seed + index).
-            for c in range(sp.n):
-                p = base.for_choice(c)
-                if p.seed is None and self._rng is not None:
-                    p.seed = self._rng.getrandbits(63)
+
+            def prompt_len(text=text, ids=ids):
+                return len(ids if ids is not None else self._tokenizer.encode(text))
+
+            for p in sp._engine_choices(prompt_len, self._engine.max_model_len, self._tokenizer,
+                                        self._rng):
                 engine_prompts.append(text if ids is None else ids)
                 engine_params.append(p)
         bar = ProgressBar(len(engine_prompts)) if use_tqdm else None

@@ -75,6 +75,25 @@ class SamplingParams:
         fields = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
         return f"SamplingParams({fields})"
 
+    def _engine_choices(self, prompt_len, max_model_len, tokenizer, rng):
+        """The C++ parameters of the engine requests for one prompt's n
+        choices, expanded as the server expands n: choice c of a seeded
+        request samples with seed + c (SamplingParams::for_choice). An
+        unseeded choice draws a seed from `rng` (the engine's seed) when
+        there is one. `prompt_len()` is asked only when max_tokens is None
+        (vLLM: generate up to the context length)."""
+        max_tokens = self.max_tokens
+        if max_tokens is None:
+            max_tokens = max(1, max_model_len - prompt_len())
+        base = self._engine_params(max_tokens, tokenizer)
+        choices = []
+        for c in range(self.n):
+            p = base.for_choice(c)
+            if p.seed is None and rng is not None:
+                p.seed = rng.getrandbits(63)
+            choices.append(p)
+        return choices
+
     def _engine_params(self, max_tokens, tokenizer=None):
         """The C++ SamplingParams; `tokenizer` turns bad_words into ids."""
         p = _pagoda.SamplingParams()
