@@ -5,6 +5,7 @@ KV block back in the pool."""
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -78,3 +79,35 @@ def test_progress_bar_without_tqdm(stories_llm, capfd):
     stories_llm.generate(["Once", "A dog"], SamplingParams(temperature=0, max_tokens=8), use_tqdm=True)
     err = capfd.readouterr().err
     assert "Processed prompts" in err and "2/2" in err
+
+
+def test_the_gil_is_released_while_the_engine_runs(stories_llm):
+    # A Python thread counts during the engine's call (the C++ module's
+    # generate, without the Python code around it). Were the GIL held
+    # through the engine's steps, the counter would only get the one switch
+    # interval (5 ms) after the call returns; released, it counts through
+    # the call at a good share of its free rate (measured here first).
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        before = count[0]
+        time.sleep(0.1)  # releases the GIL: the counter's free rate
+        rate = (count[0] - before) / 0.1
+        params = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)._engine_params(200)
+        start = time.monotonic()
+        before = count[0]
+        stories_llm._engine.generate(PROMPTS[:16], [params], None)
+        during = count[0] - before
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        t.join()
+    assert elapsed > 0.05, elapsed  # long enough to tell the two apart
+    assert during > 0.1 * rate * elapsed, (during, rate, elapsed)
