@@ -12,7 +12,7 @@ pagoda=$(realpath "$3")
 venv=$build/python-test-venv
 rm -rf "$venv"
 /usr/bin/python3 -m venv --system-site-packages "$venv"
-PAGODA_CMAKE_BUILD_DIR=$build "$venv/bin/pip" install --no-build-isolation --no-index --quiet \
+PAGODA_CMAKE_BUILD_DIR=$build "$venv/bin/pip" install --no-build-isolation --no-index --quiet --no-cache-dir \
   --disable-pip-version-check "$src"
 cd "$build"
 PAGODA_BINARY=$pagoda PAGODA_SOURCE_DIR=$src "$venv/bin/python" -m pytest -q -p no:cacheprovider \
