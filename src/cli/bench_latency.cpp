@@ -55,6 +55,8 @@ struct LatencyArgs : BenchModelArgs {
   bool no_roofline = false;
   int64_t context_len = 0;  // 0: prefill --input-len; N: N positions taken as computed
   int prompt_period = 0;    // > 0: the prompt repeats a random sequence of this many tokens
+  float temperature = 0;    // 0: greedy; else sampled (seeded per request)
+  int prompt_alphabet = 0;  // > 0: prompt tokens drawn from this many distinct random ids
 };
 
 struct Run {
@@ -85,17 +87,22 @@ using Clock = std::chrono::steady_clock;
 Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int tag) {
   const int64_t vocab = engine.model_config().vocab_size;
   SamplingParams params;
-  params.temperature = 0;
+  params.temperature = a.temperature;
   params.max_tokens = a.output_len;
   params.ignore_eos = true;
   for (int i = 0; i < a.batch; ++i) {
     std::vector<int32_t> prompt(a.input_len);
     for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % (vocab - 3));
+    if (a.prompt_alphabet > 0) {
+      for (size_t k = static_cast<size_t>(a.prompt_alphabet); k < prompt.size(); ++k)
+        prompt[k] = prompt[rng() % static_cast<size_t>(a.prompt_alphabet)];
+    }
     if (a.prompt_period > 0) {
       for (size_t k = static_cast<size_t>(a.prompt_period); k < prompt.size(); ++k)
         prompt[k] = prompt[k - static_cast<size_t>(a.prompt_period)];
     }
     const std::string id = "lat-" + std::to_string(tag) + "-" + std::to_string(i);
+    if (a.temperature > 0) params.seed = rng();
     if (a.context_len > 0) {
       engine.add_request_with_context(id, std::move(prompt), params, a.context_len, rng());
     } else {
@@ -492,6 +499,15 @@ Runner add_bench_latency(CLI::App& bench) {
                   "Make each prompt a random sequence of N tokens repeated to its length (text "
                   "an n-gram proposer finds again: --speculative-config)")
       ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--prompt-alphabet", args->prompt_alphabet,
+                  "Draw each prompt's tokens from N random ids (in random order: every short "
+                  "n-gram recurs with varying continuations, so n-gram drafts are mostly wrong)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->excludes(cmd->get_option("--prompt-period"));
+  cmd->add_option("--temperature", args->temperature,
+                  "Sampling temperature of the requests (0: greedy), seeded from --seed")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_latency(*args); });
