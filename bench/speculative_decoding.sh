@@ -7,8 +7,9 @@
 #   bench/speculative_decoding.sh MODEL_DIR WORKLOAD [pairs=3] [speculative config] [pagoda]
 # WORKLOAD: editing  (--prompt-period 16: the prompt repeats a 16-token
 #                     text, which the random model's greedy output repeats)
-#           rejected (--prompt-alphabet 8 --temperature 0.8: drafts are
-#                     proposed but almost never accepted)
+#           rejected (--prompt-alphabet 8 --temperature 0.8 --output-len 48:
+#                     drafts are proposed but almost never accepted; longer
+#                     sampled outputs of the random model start to loop)
 # e.g. bench/speculative_decoding.sh /tmp/qwen3-0.6b-random editing
 set -euo pipefail
 model=${1:?usage: bench/speculative_decoding.sh MODEL_DIR WORKLOAD [pairs] [config] [pagoda]}
@@ -17,12 +18,12 @@ pairs=${3:-3}
 config=${4:-'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1}'}
 pagoda=${5:-./build/pagoda}
 case $workload in
-  editing) flags=(--prompt-period 16) ;;
-  rejected) flags=(--prompt-alphabet 8 --temperature 0.8) ;;
+  editing) flags=(--prompt-period 16 --output-len 128) ;;
+  rejected) flags=(--prompt-alphabet 8 --temperature 0.8 --output-len 48) ;;
   *) echo "unknown workload $workload" >&2; exit 2 ;;
 esac
 common=(bench latency --model "$model" --max-model-len 1024 --kv-cache-memory 1000000000
-        --input-len 128 --output-len 128 --repeats 2 --warmup 1 --no-roofline --json "${flags[@]}")
+        --input-len 128 --repeats 2 --warmup 1 --no-roofline --json "${flags[@]}")
 echo "load before: $(cat /proc/loadavg)"
 for ((i = 1; i <= pairs; ++i)); do
   plain=$("$pagoda" "${common[@]}" 2>/dev/null | tail -1)

@@ -165,15 +165,24 @@ void filtered_distribution(std::span<const float> logits, const SamplingParams& 
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   // Candidates sorted best first; with top_k only the k best are sorted.
+  // Without top-k, min-p or top-p nothing is cut, and the ids stay in id
+  // order: sorting a 150k vocabulary cost more than the rest of a row's
+  // sampling, which a speculative step pays for every draft it verifies.
   size_t keep = ids.size();
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = p.top_k;
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(),
-                    better);
-  ids.resize(keep);
+  const bool filters = keep < ids.size() || p.min_p > 0.0f || p.top_p < 1.0f;
+  if (filters) {
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(),
+                      better);
+    ids.resize(keep);
+  }
 
   std::vector<double>& probs = out->probs;
   probs.resize(keep);
-  const double mx = logits[ids[0]];
+  double mx = logits[ids[0]];
+  if (!filters) {
+    for (int32_t id : ids) mx = std::max<double>(mx, logits[id]);
+  }
   double sum = 0;
   for (size_t i = 0; i < keep; ++i) {
     probs[i] = std::exp((logits[ids[i]] - mx) / p.temperature);

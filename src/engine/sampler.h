@@ -52,7 +52,8 @@ void apply_logits_processors(std::span<float> logits, const SamplingParams& para
 int32_t greedy_token(std::span<const float> logits);
 // What a temperature > 0 draw picks from: softmax(logits / temperature)
 // after top-k, then min-p, then top-p. ids best first with unnormalized
-// probs[i] (total = their sum; the kept mass, before renormalizing).
+// probs[i] (total = their sum; the kept mass, before renormalizing); with
+// none of those filters, every id with a finite logit in id order.
 struct FilteredDistribution {
   std::vector<int32_t> ids;
   std::vector<double> probs;
