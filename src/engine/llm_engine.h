@@ -173,7 +173,8 @@ class LLMEngine {
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
 
-  // Sees each logits row just before it is sampled (tests and `pagoda logits`).
+  // Sees each logits row just before it is sampled (tests and `pagoda logits`);
+  // of a request verifying drafts, the row of its last token only.
   using LogitsObserver =
       std::function<void(const std::string& request_id, const float* logits, int64_t vocab_size)>;
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }

@@ -5,6 +5,8 @@
 // prefix cache (LLMEngine::check_invariants after every step).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -276,6 +278,78 @@ TEST(SpeculativeDecoding, RandomizedInvariants) {
     }
     EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "trial " << trial;
   }
+}
+
+// Two-sample chi-square statistic of two count tables over the same
+// categories (those with fewer than 10 samples in all merged), and its
+// critical value at significance 0.001 (Wilson-Hilferty).
+std::pair<double, double> two_sample_chi_square(const std::map<int32_t, int64_t>& a,
+                                                const std::map<int32_t, int64_t>& b) {
+  std::map<int32_t, std::pair<int64_t, int64_t>> cells;
+  for (const auto& [k, n] : a) cells[k].first += n;
+  for (const auto& [k, n] : b) cells[k].second += n;
+  std::vector<std::pair<int64_t, int64_t>> merged(1, {0, 0});  // [0]: the rare ones
+  for (const auto& [k, c] : cells) {
+    if (c.first + c.second < 10) {
+      merged[0].first += c.first;
+      merged[0].second += c.second;
+    } else {
+      merged.push_back(c);
+    }
+  }
+  double na = 0, nb = 0;
+  for (const auto& c : merged) na += c.first, nb += c.second;
+  double chi = 0;
+  int df = -1;
+  for (const auto& [x, y] : merged) {
+    if (x + y == 0) continue;
+    ++df;
+    const double ea = (x + y) * na / (na + nb), eb = (x + y) * nb / (na + nb);
+    chi += (x - ea) * (x - ea) / ea + (y - eb) * (y - eb) / eb;
+  }
+  const double h = 2.0 / (9.0 * df);
+  return {chi, df * std::pow(1 - h + 3.0902 * std::sqrt(h), 3)};
+}
+
+// End to end with the model: the 24th output token of seeded sampled
+// requests (stories repeat names and phrases, so steps before it verify
+// drafts), with and without speculation, is one distribution (two-sample
+// chi-square at 0.001; the speculative samples reject a colder sampling's).
+TEST(SpeculativeDecoding, SampledTokensFollowThePlainDistribution) {
+  const std::string prompt = "Lily liked to play. Lily liked to play. Lily liked to";
+  constexpr int kN = 1200;
+  constexpr int kAt = 23;
+  auto third_tokens = [&](const EngineOptions& o, float temperature, uint64_t seed0,
+                          SpecDecodeStats* stats) {
+    LLMEngine engine(kModel, o);
+    std::vector<std::string> prompts(kN, prompt);
+    std::vector<SamplingParams> params;
+    for (int i = 0; i < kN; ++i) {
+      SamplingParams p = test::greedy(kAt + 1);
+      p.temperature = temperature;
+      p.top_k = 12;
+      p.top_p = 0.95f;
+      p.repetition_penalty = 1.1f;
+      p.seed = seed0 + static_cast<uint64_t>(i);
+      params.push_back(p);
+    }
+    std::map<int32_t, int64_t> counts;
+    for (const RequestOutput& r : run(engine, prompts, params)) counts[r.token_ids[kAt]]++;
+    if (stats) *stats = engine.stats().spec_decode;
+    return counts;
+  };
+  EngineOptions spec_options;
+  spec_options.speculative_config = ngram(4, 1, 3);
+  SpecDecodeStats stats;
+  const auto spec = third_tokens(spec_options, 1.0f, 0, &stats);
+  const auto plain = third_tokens(EngineOptions{}, 1.0f, 1u << 20, nullptr);
+  EXPECT_GT(stats.num_accepted_tokens, 100) << stats.num_drafts << " drafts of " << stats.num_draft_tokens;
+  EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens);
+  const auto [chi, critical] = two_sample_chi_square(spec, plain);
+  EXPECT_LT(chi, critical) << "speculative and plain samples differ";
+  const auto colder = third_tokens(EngineOptions{}, 0.5f, 1u << 21, nullptr);
+  const auto [chi_cold, critical_cold] = two_sample_chi_square(spec, colder);
+  EXPECT_GT(chi_cold, critical_cold) << "the test cannot tell temperature 1 from 0.5";
 }
 
 TEST(SpeculativeDecoding, BadConfigsAreRefused) {
