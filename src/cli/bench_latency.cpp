@@ -23,6 +23,13 @@
 // sliding group's window + 2 pages, where at rest it holds its window);
 // and the step's bytes (weights + the KV the model says a token reads)
 // against the read bandwidth.
+//
+// With --speculative-config, decode tokens/s counts the tokens emitted
+// (a verify step emits 1 + accepted drafts per request) and the draft
+// acceptance of the measured runs is reported (acceptance rate, mean
+// acceptance length, per position). --prompt-period P makes each prompt a
+// random sequence of P tokens repeated: text that an n-gram proposer can
+// look up (an editing-like workload) where the model repeats it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,11 +54,15 @@ struct LatencyArgs : BenchModelArgs {
   int warmup = 1;
   bool no_roofline = false;
   int64_t context_len = 0;  // 0: prefill --input-len; N: N positions taken as computed
+  int prompt_period = 0;    // > 0: the prompt repeats a random sequence of this many tokens
+  float temperature = 0;    // 0: greedy; else sampled (seeded per request)
+  int prompt_alphabet = 0;  // > 0: prompt tokens drawn from this many distinct random ids
 };
 
 struct Run {
   double prefill_s = 0, decode_s = 0;
   int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;      // emitted in the decode steps (several a step when speculating)
   int64_t kv_bytes_held = 0;      // --context-len: the requests' pages once the contexts are in
   int64_t kv_bytes_reserved = 0;  // ... and the pools' used blocks x page bytes x slots
 };
@@ -76,13 +87,22 @@ using Clock = std::chrono::steady_clock;
 Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int tag) {
   const int64_t vocab = engine.model_config().vocab_size;
   SamplingParams params;
-  params.temperature = 0;
+  params.temperature = a.temperature;
   params.max_tokens = a.output_len;
   params.ignore_eos = true;
   for (int i = 0; i < a.batch; ++i) {
     std::vector<int32_t> prompt(a.input_len);
     for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % (vocab - 3));
+    if (a.prompt_alphabet > 0) {
+      for (size_t k = static_cast<size_t>(a.prompt_alphabet); k < prompt.size(); ++k)
+        prompt[k] = prompt[rng() % static_cast<size_t>(a.prompt_alphabet)];
+    }
+    if (a.prompt_period > 0) {
+      for (size_t k = static_cast<size_t>(a.prompt_period); k < prompt.size(); ++k)
+        prompt[k] = prompt[k - static_cast<size_t>(a.prompt_period)];
+    }
     const std::string id = "lat-" + std::to_string(tag) + "-" + std::to_string(i);
+    if (a.temperature > 0) params.seed = rng();
     if (a.context_len > 0) {
       engine.add_request_with_context(id, std::move(prompt), params, a.context_len, rng());
     } else {
@@ -100,13 +120,18 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   const auto t0 = Clock::now();
   int started = 0;
   auto t_first = t0;
+  const bool speculating = engine.options().speculative_config.has_value();
   while (engine.has_unfinished()) {
+    int64_t emitted = 0;
     for (const RequestOutput& out : engine.step()) {
       if (out.token_ids.size() == out.new_token_ids.size() && !out.new_token_ids.empty()) ++started;
+      emitted += static_cast<int64_t>(out.new_token_ids.size());
     }
+    if (r.prefill_s > 0) r.decode_tokens += emitted;
     // A context taken as computed is never recomputed: a step of more than
     // one token per request (a preemption's recompute) would time a prefill.
-    if (a.context_len > 0 && engine.last_batch().num_tokens() > a.batch) {
+    // (Speculation computes drafts next to each token.)
+    if (a.context_len > 0 && !speculating && engine.last_batch().num_tokens() > a.batch) {
       throw InternalError(fmt::format("bench latency --context-len: a step computed {} tokens for "
                                       "{} request(s) (recomputed after a preemption?)",
                                       engine.last_batch().num_tokens(), a.batch));
@@ -233,9 +258,11 @@ int run_latency(LatencyArgs& a) {
   std::mt19937_64 rng(a.seed);
   std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms;
   int64_t kv_bytes_held = 0, kv_bytes_reserved = 0;
+  SpecDecodeStats spec_before;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
+    if (i == a.warmup) spec_before = engine.stats().spec_decode;
     const Run r = run_once(engine, a, rng, i);
-    if (with_context && r.decode_steps != a.output_len - 1) {
+    if (with_context && !a.engine.speculative_config && r.decode_steps != a.output_len - 1) {
       throw InternalError(fmt::format("bench latency --context-len: {} decode steps, expected {}",
                                       r.decode_steps, a.output_len - 1));
     }
@@ -247,7 +274,7 @@ int run_latency(LatencyArgs& a) {
     first_step_ms.push_back(1e3 * r.prefill_s);
     prefill_tps.push_back(static_cast<double>(a.batch) * a.input_len / r.prefill_s);
     if (r.decode_steps > 0) {
-      decode_tps.push_back(static_cast<double>(a.batch) * r.decode_steps / r.decode_s);
+      decode_tps.push_back(static_cast<double>(r.decode_tokens) / r.decode_s);
       step_ms.push_back(1e3 * r.decode_s / r.decode_steps);
     }
   }
@@ -349,6 +376,27 @@ int run_latency(LatencyArgs& a) {
     }
     if (!a.no_roofline) j["decode_compute_ms_per_step"] = nullptr;  // not modelled (above)
   }
+  // Acceptance over the measured runs only.
+  SpecDecodeStats spec = engine.stats().spec_decode;
+  spec.num_drafts -= spec_before.num_drafts;
+  spec.num_draft_tokens -= spec_before.num_draft_tokens;
+  spec.num_accepted_tokens -= spec_before.num_accepted_tokens;
+  for (size_t p = 0; p < spec_before.num_accepted_tokens_per_pos.size(); ++p)
+    spec.num_accepted_tokens_per_pos[p] -= spec_before.num_accepted_tokens_per_pos[p];
+  std::vector<double> per_pos;
+  for (int64_t n : spec.num_accepted_tokens_per_pos)
+    per_pos.push_back(spec.num_drafts ? static_cast<double>(n) / spec.num_drafts : 0.0);
+  if (a.engine.speculative_config) {
+    const SpeculativeConfig& sc = *a.engine.speculative_config;
+    j["speculative"] = {{"method", speculative_method_name(sc.method)},
+                        {"num_speculative_tokens", sc.num_speculative_tokens},
+                        {"num_drafts", spec.num_drafts},
+                        {"num_draft_tokens", spec.num_draft_tokens},
+                        {"num_accepted_tokens", spec.num_accepted_tokens},
+                        {"acceptance_rate", spec.acceptance_rate()},
+                        {"mean_acceptance_length", spec.mean_acceptance_length()},
+                        {"acceptance_per_position", per_pos}};
+  }
   if (a.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -404,6 +452,17 @@ int run_latency(LatencyArgs& a) {
                   100 * med_prefill / prefill_roof_fp32);
     }
   }
+  if (a.engine.speculative_config) {
+    std::string positions;
+    for (double v : per_pos) positions += fmt::format("{}{:.2f}", positions.empty() ? "" : " ", v);
+    std::printf(
+        "speculative (%s, k %d): %lld drafts, acceptance rate %.1f%%, mean acceptance length "
+        "%.2f tokens/step, per position [%s]\n",
+        speculative_method_name(a.engine.speculative_config->method),
+        a.engine.speculative_config->num_speculative_tokens,
+        static_cast<long long>(spec.num_drafts), 100 * spec.acceptance_rate(),
+        spec.mean_acceptance_length(), positions.c_str());
+  }
   std::printf(
       "memory: peak RSS %.1f MiB%s, RSS %.1f MiB, weights %.1f MiB, KV pool %.1f MiB (%s)\n",
       peak_rss / 1048576.0, probe_in_peak ? " (with the roofline probe's buffer)" : "",
@@ -436,6 +495,19 @@ Runner add_bench_latency(CLI::App& bench) {
                   "times --output-len - 1 decode steps after the first")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->excludes(cmd->get_option("--input-len"));
+  cmd->add_option("--prompt-period", args->prompt_period,
+                  "Make each prompt a random sequence of N tokens repeated to its length (text "
+                  "an n-gram proposer finds again: --speculative-config)")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--prompt-alphabet", args->prompt_alphabet,
+                  "Draw each prompt's tokens from N random ids (in random order: every short "
+                  "n-gram recurs with varying continuations, so n-gram drafts are mostly wrong)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->excludes(cmd->get_option("--prompt-period"));
+  cmd->add_option("--temperature", args->temperature,
+                  "Sampling temperature of the requests (0: greedy), seeded from --seed")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_latency(*args); });

@@ -85,6 +85,19 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
                "weights row-major) instead of packing them into GEMM panels at load (bf16 panels "
                "on CPUs with avx512_bf16, int8 ones with avx512_vnni; they make prefill and "
                "batched decode faster)");
+  cmd.add_option_function<std::string>(
+      "--speculative-config",
+      [&o](const std::string& json) {
+        apply_flag("--speculative-config",
+                   [&] { o.speculative_config = parse_speculative_config(json); });
+      },
+      "Speculative decoding, as vLLM's JSON: '{\"method\": \"ngram\", "
+      "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' "
+      "drafts up to num_speculative_tokens tokens per request and step from the latest earlier "
+      "match of the context's last n tokens (n from prompt_lookup_max down to "
+      "prompt_lookup_min), verified in the same step; greedy output is unchanged, sampled "
+      "output keeps its distribution (rejection sampling). \"adaptive\": false keeps "
+      "drafting for requests whose acceptance is below the break-even");
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings; a longer "
                  "one is refused unless PAGODA_ALLOW_LONG_MAX_MODEL_LEN=1 is set, as in vLLM)")

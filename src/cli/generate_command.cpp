@@ -140,6 +140,15 @@ int run_generate(GenerateArgs& a) {
       if (i + 1 < outputs.size()) std::cout << "\n";
     }
   }
+  if (!a.quiet && a.engine.speculative_config) {
+    const SpecDecodeStats s = llm.engine().stats().spec_decode;
+    std::fprintf(stderr,
+                 "pagoda: speculative decoding: %lld drafts, %lld of %lld draft tokens accepted "
+                 "(%.1f%%), mean acceptance length %.2f\n",
+                 static_cast<long long>(s.num_drafts), static_cast<long long>(s.num_accepted_tokens),
+                 static_cast<long long>(s.num_draft_tokens), 100 * s.acceptance_rate(),
+                 s.mean_acceptance_length());
+  }
   return 0;
 }
 

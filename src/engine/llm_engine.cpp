@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "engine/spec_decode/rejection_sampler.h"
 
 namespace pagoda {
 
@@ -195,6 +196,25 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
   runner_ = std::make_unique<ModelRunner>(*model_, plan, num_blocks, kv_dtype_of(*model_, options),
                                           comm_);
   if (options.prefault_kv_cache) runner_->prefault_kv_cache();
+  if (options.speculative_config) init_speculation(*options.speculative_config, plan);
+}
+
+void LLMEngine::init_speculation(const SpeculativeConfig& c, const KVCachePlan& plan) {
+  if (c.method != SpeculativeMethod::Ngram) {
+    throw_input_error("--speculative-config: method {} is not implemented yet (ngram is)",
+                      speculative_method_name(c.method));
+  }
+  // Rejected drafts are rolled back by counting their positions as not
+  // computed: right for caches with one entry per position, not for
+  // compressed entries folded from several positions (DeepSeek V4).
+  for (const KVCacheGroup& g : plan.groups) {
+    if (g.spec.compress_ratio != 1) {
+      throw_input_error("--speculative-config: {} has compressed KV caches ({}), whose entries "
+                        "cannot roll back rejected drafts; speculative decoding is not supported",
+                        model_->config().model_type, g.spec.format);
+    }
+  }
+  ngram_proposer_ = std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
 }
 
 void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,
@@ -258,6 +278,7 @@ EngineStats LLMEngine::stats() const {
   s.prefix_cache_queried_tokens = kv_->queried_tokens();
   s.prefix_cache_hit_tokens = kv_->hit_tokens();
   s.num_preemptions = scheduler_->num_preemptions();
+  s.spec_decode = spec_stats_;
   return s;
 }
 
@@ -502,10 +523,16 @@ std::vector<RequestOutput> LLMEngine::step() {
   // Rows are sampled in parallel: each reads and edits only its own logits
   // and request (its rng included), so tokens do not depend on the split.
   // (32 rows of 151936 logits took ~1% of a decode step on one thread.)
-  std::vector<SampledToken> sampled(static_cast<size_t>(rows));
+  // A request that verifies drafts owns its k + 1 consecutive rows.
+  sampled_.resize(static_cast<size_t>(rows));
+  num_accepted_.assign(static_cast<size_t>(rows), 0);
   parallel_for(rows, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float*> spec_rows;
     for (int64_t i = i0; i < i1; ++i) {
       Request& r = request_of(i);
+      std::vector<SampledToken>& tokens = sampled_[static_cast<size_t>(i)];
+      tokens.clear();
+      const int64_t num_spec = sched.scheduled[step_rows_.sampling_requests[i]].num_spec_tokens;
       // The stop ids matter only while min_tokens masks them (sample_token):
       // no list is built for the other steps.
       std::vector<int32_t> all_stop_ids;
@@ -514,19 +541,98 @@ std::vector<RequestOutput> LLMEngine::step() {
         all_stop_ids.insert(all_stop_ids.end(), r.params.stop_token_ids.begin(),
                             r.params.stop_token_ids.end());
       }
-      sampled[i] = sample_token(std::span<float>(logits_of(i), vocab), r.params, r.prompt_ids,
-                                r.output_ids, all_stop_ids, r.rng);
+      if (num_spec == 0) {
+        tokens.push_back(sample_token(std::span<float>(logits_of(i), vocab), r.params,
+                                      r.prompt_ids, r.output_ids, all_stop_ids, r.rng));
+        continue;
+      }
+      spec_rows.clear();
+      for (int64_t j = 0; j <= num_spec; ++j) spec_rows.push_back(logits_of(i) + j * vocab);
+      VerifyInput in;
+      in.rows = spec_rows;
+      in.vocab_size = vocab;
+      in.draft = std::span<const int32_t>(r.spec_token_ids).first(static_cast<size_t>(num_spec));
+      in.params = &r.params;
+      in.prompt_ids = r.prompt_ids;
+      in.output_ids = r.output_ids;
+      in.stop_ids = all_stop_ids;
+      num_accepted_[static_cast<size_t>(i)] = verify_draft_tokens(in, r.rng, &tokens);
     }
   });
-  std::vector<Request*> done;
+  std::vector<Request*> done, decoding;
   for (int64_t i = 0; i < rows; ++i) {
     Request& r = request_of(i);
-    append_token(r, sampled[i]);
-    outputs.push_back(make_output(r, 1));
-    if (r.finished()) done.push_back(&r);
+    const int64_t num_spec = sched.scheduled[step_rows_.sampling_requests[i]].num_spec_tokens;
+    size_t appended = 0;
+    // Token by token, so a stop (EOS, stop string, max_tokens) inside the
+    // accepted run ends the request there.
+    for (const SampledToken& t : sampled_[static_cast<size_t>(i)]) {
+      append_token(r, t);
+      ++appended;
+      if (r.finished()) break;
+    }
+    if (num_spec > 0) {
+      const int32_t accepted = num_accepted_[static_cast<size_t>(i)];
+      spec_stats_.record(static_cast<int32_t>(num_spec), accepted);
+      r.spec_adaptive.record(static_cast<int32_t>(num_spec), accepted);
+      r.spec_token_ids.clear();
+      if (!r.finished()) scheduler_->on_drafts_verified(&r, accepted);
+    }
+    outputs.push_back(make_output(r, appended));
+    if (r.finished()) {
+      done.push_back(&r);
+    } else {
+      decoding.push_back(&r);
+    }
   }
+  if (ngram_proposer_) propose_drafts(decoding);
   for (Request* r : done) requests_.erase(r->request_id);
   return outputs;
+}
+
+void LLMEngine::check_invariants() const {
+  kv_->check_invariants();
+  const int64_t bs = kv_->block_size();
+  for (const auto& [id, request] : requests_) {
+    const Request& r = *request;
+    if (r.finished()) continue;
+    PAGODA_CHECK(r.num_computed_tokens <= r.num_tokens(), "request {}: {} computed of {} tokens",
+                 id, r.num_computed_tokens, r.num_tokens());
+    PAGODA_CHECK(r.kv.num_cached_blocks * bs <= r.num_computed_tokens,
+                 "request {}: {} cached blocks but {} computed tokens", id,
+                 r.kv.num_cached_blocks, r.num_computed_tokens);
+    const std::vector<int32_t> tokens = r.all_tokens();
+    const std::vector<BlockHash> want =
+        hash_full_blocks(std::span<const int32_t>(tokens).first(static_cast<size_t>(
+                             r.kv.block_hashes.size() * static_cast<size_t>(bs))),
+                         static_cast<int32_t>(bs));
+    PAGODA_CHECK(want == r.kv.block_hashes, "request {}: block hashes differ from its tokens'", id);
+    for (size_t g = 0; g < r.kv.block_tables.size(); ++g) {
+      const int64_t b = kv_->groups()[g].block_size;
+      PAGODA_CHECK(static_cast<int64_t>(r.kv.block_tables[g].size()) <= (r.num_tokens() + b - 1) / b,
+                   "request {}: group {} holds {} pages for {} tokens", id, g,
+                   r.kv.block_tables[g].size(), r.num_tokens());
+    }
+  }
+}
+
+void LLMEngine::propose_drafts(const std::vector<Request*>& sampled) {
+  const int32_t k = options_.speculative_config->num_speculative_tokens;
+  for (Request* r : sampled) {
+    // A step of 1 + n tokens emits at most n + 1: drafts past max_tokens or
+    // the context length could never be kept.
+    const int64_t room =
+        std::min<int64_t>(r->params.max_tokens - static_cast<int64_t>(r->output_ids.size()),
+                          max_model_len_ - r->num_tokens()) - 1;
+    r->spec_token_ids.clear();
+    if (room <= 0) continue;
+    if (options_.speculative_config->adaptive && !r->spec_adaptive.should_speculate()) continue;
+    std::vector<int32_t>& context = propose_context_;
+    context.assign(r->prompt_ids.begin(), r->prompt_ids.end());
+    context.insert(context.end(), r->output_ids.begin(), r->output_ids.end());
+    ngram_proposer_->propose(context, static_cast<int32_t>(std::min<int64_t>(k, room)),
+                             &r->spec_token_ids);
+  }
 }
 
 }  // namespace pagoda

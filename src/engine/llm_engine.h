@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -11,6 +12,9 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode/ngram_proposer.h"
+#include "engine/spec_decode/spec_decode_metrics.h"
+#include "engine/spec_decode/speculative_config.h"
 #include "kv/kv_cache_dtype.h"
 #include "kv/kv_cache_manager.h"
 #include "models/model.h"
@@ -49,6 +53,8 @@ struct EngineOptions {
   // clearing fresh pages under the first requests' KV writes. Off by
   // default: the pool may be half the RAM, and a short run touches little.
   bool prefault_kv_cache = false;
+  // Speculative decoding (--speculative-config); none: off.
+  std::optional<SpeculativeConfig> speculative_config;
 };
 
 // Engine-wide counters (the server's /metrics reads these).
@@ -64,6 +70,7 @@ struct EngineStats {
   int64_t prefix_cache_queried_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
   int64_t num_preemptions = 0;  // since start, all requests
+  SpecDecodeStats spec_decode;  // all zero unless speculating
   double prefix_cache_hit_rate() const {
     return prefix_cache_queried_tokens ? static_cast<double>(prefix_cache_hit_tokens) /
                                              static_cast<double>(prefix_cache_queried_tokens)
@@ -166,7 +173,8 @@ class LLMEngine {
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
 
-  // Sees each logits row just before it is sampled (tests and `pagoda logits`).
+  // Sees each logits row just before it is sampled (tests and `pagoda logits`);
+  // of a request verifying drafts, the row of its last token only.
   using LogitsObserver =
       std::function<void(const std::string& request_id, const float* logits, int64_t vocab_size)>;
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
@@ -175,16 +183,27 @@ class LLMEngine {
   bool set_index_topk_observer(CausalLM::IndexTopkObserver observer) {
     return model_->set_index_topk_observer(std::move(observer));
   }
+  // Throws InternalError unless, for every unfinished request: its computed
+  // tokens are known tokens (no draft counted), its cached blocks hold only
+  // computed tokens and their hashes are those of its tokens (the prefix
+  // cache never sees a rejected draft), and it holds no page past its
+  // tokens (rejected tails were given back); plus the pools' invariants.
+  // For tests, between steps.
+  void check_invariants() const;
   // The last step's batch, for tests that check what was scheduled.
   const BatchMetadata& last_batch() const { return runner_->last_batch(); }
 
  private:
   void init_after_load(const std::string& model_dir, const EngineOptions& options,
                        std::vector<int64_t>* num_blocks, KVCachePlan* plan);
+  void init_speculation(const SpeculativeConfig& config, const KVCachePlan& plan);
   void append_token(Request& r, const SampledToken& sampled);
   // Fills the prompt logprob entries whose logits rows this step computed.
   void score_prompt_rows(const SchedulerOutput& sched);
   RequestOutput make_output(Request& r, size_t num_new_tokens);
+  // Speculative decoding: drafts the next step's tokens for every request
+  // that just got a token and decodes on (Request::spec_token_ids).
+  void propose_drafts(const std::vector<Request*>& sampled);
   void finish(Request& r, FinishReason reason);
 
   EngineOptions options_;
@@ -208,6 +227,11 @@ class LLMEngine {
     int32_t row;
   };
   std::vector<PromptRowTask> prompt_row_tasks_;
+  std::vector<std::vector<SampledToken>> sampled_;  // [sampling row]: tokens to append
+  std::vector<int32_t> num_accepted_;               // [sampling row]: drafts accepted
+  std::unique_ptr<NgramProposer> ngram_proposer_;
+  std::vector<int32_t> propose_context_;  // scratch: prompt + output
+  SpecDecodeStats spec_stats_;
 };
 
 }  // namespace pagoda

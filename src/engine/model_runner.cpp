@@ -214,10 +214,14 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
         }
       }
     }
-    if (end == r.num_tokens()) {  // prompt (or recompute) done: this row samples
+    // Prompt (or recompute) done: this row samples; drafts past the known
+    // tokens add one row each.
+    if (end >= r.num_tokens()) {
       rows->sampling_requests.push_back(static_cast<int32_t>(i));
       rows->sampling_rows.push_back(static_cast<int32_t>(b.logits_indices.size()));
-      b.logits_indices.push_back(batch_end - 1);
+      for (int64_t pos = r.num_tokens() - 1; pos < end; ++pos) {
+        b.logits_indices.push_back(static_cast<int32_t>(batch_end - (end - pos)));
+      }
     }
   }
   logits_.resize(b.logits_indices.size() * vocab_size_);

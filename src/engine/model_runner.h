@@ -18,6 +18,9 @@ namespace pagoda {
 // consecutive: its prompt-scoring rows, then its sampling row.
 struct StepLogits {
   // Requests that sample (index in SchedulerOutput::scheduled) and their row.
+  // A request verifying k draft tokens (ScheduledRequest::num_spec_tokens)
+  // has k + 1 consecutive rows from its sampling row on: the positions of
+  // its last token and of each draft, each predicting the token after it.
   std::vector<int32_t> sampling_requests, sampling_rows;
   // Rows that score prompt positions (prompt_logprobs): `count` consecutive
   // positions of one request, filling its entries from `first_entry` on
@@ -50,7 +53,8 @@ class ModelRunner {
   // (Request::scoring_prompt) also gets a row for every prompt position it
   // computes whose entry is not filled yet (so a recompute after preemption
   // adds none twice), and only those requests pay the LM head for more than
-  // one row. `rows` says which logits_row(i) is which. Under tensor
+  // one row. A request with drafts gets a row for its last token's position
+  // and one per draft (StepLogits). `rows` says which logits_row(i) is which. Under tensor
   // parallelism (rank 0 only) the step's batch is broadcast to the workers
   // first.
   void execute(const SchedulerOutput& out, StepLogits* rows);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/spec_decode/adaptive_speculation.h"
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
 #include "kv/kv_cache_manager.h"
@@ -43,6 +44,13 @@ struct Request {
   int64_t num_preemptions = 0;
   bool admitted_before = false;
 
+  // Speculative decoding: draft tokens proposed after the last step, to
+  // follow the request's tokens in its next step (position num_tokens() on;
+  // they are never part of prompt_ids/output_ids until accepted), and the
+  // switch that stops drafting where it does not pay.
+  std::vector<int32_t> spec_token_ids;
+  AdaptiveSpeculation spec_adaptive;
+
   // Output text, built incrementally; stop strings are cut from it.
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   StopChecker stop_checker;
@@ -58,9 +66,12 @@ struct Request {
   Clock::time_point finish_time{};
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt_ids.size() + output_ids.size()); }
+  // Token at position i; positions from num_tokens() on are draft tokens.
   int32_t token_at(int64_t i) const {
     const auto p = static_cast<int64_t>(prompt_ids.size());
-    return i < p ? prompt_ids[i] : output_ids[i - p];
+    if (i < p) return prompt_ids[i];
+    const auto o = static_cast<int64_t>(output_ids.size());
+    return i - p < o ? output_ids[i - p] : spec_token_ids[i - p - o];
   }
   bool finished() const { return status == RequestStatus::Finished; }
   // Still needs logits rows of prompt positions: such a request must compute

@@ -69,7 +69,8 @@ size_t top_ids(std::span<const float> logits, int n, int32_t* ids) {
   return count;
 }
 
-// Raw logprobs of the chosen token and the top n (best first, ties by id).
+}  // namespace
+
 void fill_logprobs(std::span<const float> logits, int n, SampledToken& out) {
   const float log_z = log_partition(logits);
   out.logprob = logits[out.token] - log_z;
@@ -79,8 +80,6 @@ void fill_logprobs(std::span<const float> logits, int n, SampledToken& out) {
   out.top_logprobs.clear();
   for (size_t i = 0; i < count; ++i) out.top_logprobs.emplace_back(ids[i], logits[ids[i]] - log_z);
 }
-
-}  // namespace
 
 int32_t logit_rank(std::span<const float> logits, int32_t token) {
   const float t = logits[token];
@@ -153,9 +152,11 @@ void apply_token_constraints(std::span<float> logits, const SamplingParams& p,
   for (const auto& [id, bias] : p.logit_bias) logits[id] += bias;
 }
 
-// Samples from softmax(logits / temperature) after top-k, top-p and min-p.
-int32_t sample_filtered(std::span<float> logits, const SamplingParams& p, std::mt19937_64& rng) {
-  thread_local std::vector<int32_t> ids;
+}  // namespace
+
+void filtered_distribution(std::span<const float> logits, const SamplingParams& p,
+                           FilteredDistribution* out) {
+  std::vector<int32_t>& ids = out->ids;
   ids.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (logits[i] != kNegInf) ids.push_back(static_cast<int32_t>(i));
@@ -164,15 +165,24 @@ int32_t sample_filtered(std::span<float> logits, const SamplingParams& p, std::m
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   // Candidates sorted best first; with top_k only the k best are sorted.
+  // Without top-k, min-p or top-p nothing is cut, and the ids stay in id
+  // order: sorting a 150k vocabulary cost more than the rest of a row's
+  // sampling, which a speculative step pays for every draft it verifies.
   size_t keep = ids.size();
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = p.top_k;
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(),
-                    better);
-  ids.resize(keep);
+  const bool filters = keep < ids.size() || p.min_p > 0.0f || p.top_p < 1.0f;
+  if (filters) {
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(),
+                      better);
+    ids.resize(keep);
+  }
 
-  thread_local std::vector<double> probs;
+  std::vector<double>& probs = out->probs;
   probs.resize(keep);
-  const double mx = logits[ids[0]];
+  double mx = logits[ids[0]];
+  if (!filters) {
+    for (int32_t id : ids) mx = std::max<double>(mx, logits[id]);
+  }
   double sum = 0;
   for (size_t i = 0; i < keep; ++i) {
     probs[i] = std::exp((logits[ids[i]] - mx) / p.temperature);
@@ -197,19 +207,45 @@ int32_t sample_filtered(std::span<float> logits, const SamplingParams& p, std::m
     }
     keep = n;
   }
+  ids.resize(keep);
+  probs.resize(keep);
   double total = 0;
   for (size_t i = 0; i < keep; ++i) total += probs[i];
-  double u = std::uniform_real_distribution<double>(0.0, total)(rng);
-  for (size_t i = 0; i < keep; ++i) {
-    u -= probs[i];
-    if (u < 0) return ids[i];
-  }
-  return ids[keep - 1];
+  out->total = total;
 }
 
-}  // namespace
+double FilteredDistribution::prob(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == id) return probs[i] / total;
+  }
+  return 0.0;
+}
+
+int32_t draw_token(const FilteredDistribution& d, std::mt19937_64& rng) {
+  double u = std::uniform_real_distribution<double>(0.0, d.total)(rng);
+  for (size_t i = 0; i < d.ids.size(); ++i) {
+    u -= d.probs[i];
+    if (u < 0) return d.ids[i];
+  }
+  return d.ids.back();
+}
 
 SequenceRng::SequenceRng(const SamplingParams& params) : rng_(seeded(params)) {}
+
+int32_t greedy_token(std::span<const float> logits) { return argmax(logits); }
+
+void apply_logits_processors(std::span<float> logits, const SamplingParams& params,
+                             std::span<const int32_t> prompt_ids,
+                             std::span<const int32_t> output_ids,
+                             std::span<const int32_t> stop_ids) {
+  if (static_cast<int>(output_ids.size()) < params.min_tokens) {
+    for (int32_t id : stop_ids) {
+      if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] = kNegInf;
+    }
+  }
+  apply_token_constraints(logits, params, output_ids);
+  apply_penalties(logits, params, prompt_ids, output_ids);
+}
 
 SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
                           std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
@@ -218,14 +254,14 @@ SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
   thread_local std::vector<float> raw;
   if (params.logprobs >= 0) raw.assign(logits.begin(), logits.end());
 
-  if (static_cast<int>(output_ids.size()) < params.min_tokens) {
-    for (int32_t id : stop_ids) {
-      if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] = kNegInf;
-    }
+  apply_logits_processors(logits, params, prompt_ids, output_ids, stop_ids);
+  if (params.greedy()) {
+    out.token = greedy_token(logits);
+  } else {
+    thread_local FilteredDistribution dist;
+    filtered_distribution(logits, params, &dist);
+    out.token = draw_token(dist, rng.engine());
   }
-  apply_token_constraints(logits, params, output_ids);
-  apply_penalties(logits, params, prompt_ids, output_ids);
-  out.token = params.greedy() ? argmax(logits) : sample_filtered(logits, params, rng.engine());
   if (params.logprobs >= 0) fill_logprobs(raw, params.logprobs, out);
   return out;
 }

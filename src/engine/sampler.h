@@ -39,6 +39,33 @@ SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
                           std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                           std::span<const int32_t> stop_ids, SequenceRng& rng);
 
+// The pieces of sample_token, for speculative verification
+// (spec_decode/rejection_sampler.h), which applies them per draft position.
+//
+// Masks stop ids while output_ids.size() < params.min_tokens, then
+// allowed_token_ids, bad words, logit_bias and the penalties (vLLM's order).
+void apply_logits_processors(std::span<float> logits, const SamplingParams& params,
+                             std::span<const int32_t> prompt_ids,
+                             std::span<const int32_t> output_ids,
+                             std::span<const int32_t> stop_ids);
+// The lowest id of the largest logit (greedy sampling).
+int32_t greedy_token(std::span<const float> logits);
+// What a temperature > 0 draw picks from: softmax(logits / temperature)
+// after top-k, then min-p, then top-p. ids best first with unnormalized
+// probs[i] (total = their sum; the kept mass, before renormalizing); with
+// none of those filters, every id with a finite logit in id order.
+struct FilteredDistribution {
+  std::vector<int32_t> ids;
+  std::vector<double> probs;
+  double total = 0;
+  double prob(int32_t id) const;  // normalized; 0 for a filtered-out id
+};
+void filtered_distribution(std::span<const float> logits, const SamplingParams& params,
+                           FilteredDistribution* out);
+int32_t draw_token(const FilteredDistribution& dist, std::mt19937_64& rng);
+// Raw logprobs (log_softmax of `raw_logits`) of out.token and the top n.
+void fill_logprobs(std::span<const float> raw_logits, int n, SampledToken& out);
+
 // How many ids have a logit >= logits[token]: the token's 1-based rank as
 // vLLM counts it (ties rank it after its equals).
 int32_t logit_rank(std::span<const float> logits, int32_t token);

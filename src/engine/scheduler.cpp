@@ -39,12 +39,23 @@ bool Scheduler::ensure_blocks(Request* request, int64_t num_tokens) {
 
 int64_t Scheduler::tokens_to_schedule(const Request* request, int64_t budget,
                                       int64_t scoring_budget) const {
-  const int64_t n = std::min(request->num_tokens() - request->num_computed_tokens, budget);
+  // A decoding request verifies its drafts in the same step: 1 + k tokens,
+  // as many drafts as the budget allows.
+  const int64_t remaining = request->num_tokens() - request->num_computed_tokens;
+  const int64_t drafts =
+      remaining == 1 ? static_cast<int64_t>(request->spec_token_ids.size()) : 0;
+  const int64_t n = std::min(remaining + drafts, budget);
   return request->scoring_prompt() ? std::min(n, scoring_budget) : n;
+}
+
+int64_t Scheduler::num_drafts_in(const Request* request, int64_t num_new_tokens) {
+  return std::max<int64_t>(
+      0, request->num_computed_tokens + num_new_tokens - request->num_tokens());
 }
 
 void Scheduler::preempt(Request* request) {
   kv_.free(request->kv);
+  request->spec_token_ids.clear();
   request->num_computed_tokens = 0;  // recomputed from scratch when resumed
   request->status = RequestStatus::Waiting;
   request->num_preemptions++;
@@ -96,7 +107,7 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (!scheduled) break;
-    out.scheduled.push_back({r, n});
+    out.scheduled.push_back({r, n, num_drafts_in(r, n)});
     budget -= n;
     if (r->scoring_prompt()) scoring_budget -= n;
     ++i;
@@ -134,7 +145,7 @@ SchedulerOutput Scheduler::schedule() {
     waiting_.pop_front();
     r->status = RequestStatus::Running;
     running_.push_back(r);
-    out.scheduled.push_back({r, n});
+    out.scheduled.push_back({r, n, num_drafts_in(r, n)});
     budget -= n;
     if (r->scoring_prompt()) scoring_budget -= n;
   }
@@ -144,12 +155,27 @@ SchedulerOutput Scheduler::schedule() {
 void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const ScheduledRequest& s : out.scheduled) {
     Request* r = s.request;
-    r->num_computed_tokens += s.num_new_tokens;
-    if (kv_.prefix_caching() &&
-        r->num_computed_tokens / kv_.block_size() > r->kv.num_cached_blocks) {
-      kv_.cache_full_blocks(r->kv, r->all_tokens(), r->num_computed_tokens);
-    }
+    r->num_computed_tokens += s.num_new_tokens - s.num_spec_tokens;
+    cache_full_blocks(r);
   }
+}
+
+void Scheduler::cache_full_blocks(Request* r) {
+  if (kv_.prefix_caching() && r->num_computed_tokens / kv_.block_size() > r->kv.num_cached_blocks) {
+    kv_.cache_full_blocks(r->kv, r->all_tokens(), r->num_computed_tokens);
+  }
+}
+
+void Scheduler::on_drafts_verified(Request* r, int64_t num_accepted) {
+  PAGODA_CHECK(!r->finished(), "request {} verified after it finished", r->request_id);
+  r->num_computed_tokens += num_accepted;
+  PAGODA_CHECK(r->num_computed_tokens == r->num_tokens() - 1,
+               "request {}: {} computed of {} tokens after verification", r->request_id,
+               r->num_computed_tokens, r->num_tokens());
+  // The next step computes the last token (the corrected or bonus one), so
+  // pages up to it stay; any page past it held only rejected drafts.
+  kv_.free_tail(r->kv, r->num_tokens());
+  cache_full_blocks(r);
 }
 
 void Scheduler::finish(Request* request) {

@@ -35,7 +35,11 @@ struct SchedulerConfig {
 
 struct ScheduledRequest {
   Request* request = nullptr;
-  int64_t num_new_tokens = 0;  // tokens to compute this step, from num_computed_tokens
+  // Tokens to compute this step, from num_computed_tokens; the last
+  // num_spec_tokens of them are the request's first draft tokens
+  // (Request::spec_token_ids), verified this step.
+  int64_t num_new_tokens = 0;
+  int64_t num_spec_tokens = 0;
 };
 
 struct SchedulerOutput {
@@ -51,8 +55,16 @@ class Scheduler {
   void add(Request* request);  // joins the waiting queue in policy order
   SchedulerOutput schedule();
   // After the step ran: advances num_computed_tokens of the scheduled
-  // requests and offers their newly full blocks to the prefix cache.
+  // requests past their real tokens (not the drafts) and offers their
+  // newly full blocks to the prefix cache.
   void on_step_done(const SchedulerOutput& out);
+  // After a request's drafts were verified and the accepted ones (plus the
+  // corrected or bonus token) appended to its output: counts the accepted
+  // drafts' K/V as computed, gives back the pages past its tokens (those
+  // held only rejected drafts) and caches the blocks now full of accepted
+  // tokens. Rejected positions are never counted computed, so no cached
+  // block holds one. Not for a finished request (finish freed its blocks).
+  void on_drafts_verified(Request* request, int64_t num_accepted);
   // Releases a finished or aborted request's blocks and drops it from the queues.
   void finish(Request* request);
 
@@ -70,6 +82,10 @@ class Scheduler {
   // Tokens the request still has to compute, capped by the step budget
   // (and, while it scores its prompt, by what is left of the scoring cap).
   int64_t tokens_to_schedule(const Request* request, int64_t budget, int64_t scoring_budget) const;
+  // How many of num_new_tokens scheduled from num_computed_tokens are drafts.
+  static int64_t num_drafts_in(const Request* request, int64_t num_new_tokens);
+  // Offers the request's newly full computed blocks to the prefix cache.
+  void cache_full_blocks(Request* request);
   void preempt(Request* request);
   // Inserts into waiting_ after every request that goes before it.
   void insert_waiting_by_priority(Request* request);

@@ -237,4 +237,24 @@ void KVCacheManager::free(KVRequestState& state) {
   state.num_cached_blocks = 0;
 }
 
+void KVCacheManager::free_tail(KVRequestState& state, int64_t num_tokens) {
+  bool released = false;
+  for (size_t g = 0; g < state.block_tables.size(); ++g) {
+    auto& table = state.block_tables[g];
+    const int64_t b = plan_.groups[g].block_size;
+    const auto keep = static_cast<size_t>((num_tokens + b - 1) / b);
+    if (table.size() <= keep) continue;
+    PAGODA_CHECK(static_cast<int64_t>(keep) >= state.num_cached_blocks * plan_.groups[g].pages_per_block(block_size_),
+                 "freeing a cached page");
+    std::vector<int32_t> order;
+    for (size_t i = table.size(); i-- > keep;) {
+      if (table[i] >= 0) order.push_back(table[i]);
+    }
+    pool_of(g).free(order);
+    table.resize(keep);
+    released = true;
+  }
+  if (released) state.generation = ++next_generation_;
+}
+
 }  // namespace pagoda

@@ -78,6 +78,12 @@ class KVCacheManager {
 
   // Releases every block the request holds (its tail blocks first).
   void free(KVRequestState& state);
+  // Releases the pages past those holding positions [0, num_tokens) in
+  // every group (a speculative step's rejected draft positions that
+  // spanned into new pages). Those pages hold no full computed block, so
+  // none is in the prefix cache. A request that lost pages gets a new
+  // generation: a copy of its block tables must be taken again.
+  void free_tail(KVRequestState& state, int64_t num_tokens);
 
   // Prefix-cache counters: prompt tokens looked up and found.
   int64_t queried_tokens() const { return queried_tokens_; }

@@ -137,6 +137,32 @@ std::string Metrics::render(const EngineStats& s, const std::string& model_name)
   both("counter", "pagoda_num_preemptions_total", "vllm:num_preemptions_total",
        "Requests preempted (KV blocks freed, recomputed later) since start.",
        static_cast<double>(s.num_preemptions));
+  // Speculative decoding (vLLM's spec_decode counters; all 0 when off).
+  const SpecDecodeStats& sd = s.spec_decode;
+  both("counter", "pagoda_spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts",
+       "Verify steps of a request with draft tokens.", static_cast<double>(sd.num_drafts));
+  both("counter", "pagoda_spec_decode_num_draft_tokens_total",
+       "vllm:spec_decode_num_draft_tokens", "Draft tokens verified.",
+       static_cast<double>(sd.num_draft_tokens));
+  both("counter", "pagoda_spec_decode_num_accepted_tokens_total",
+       "vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted.",
+       static_cast<double>(sd.num_accepted_tokens));
+  {
+    std::vector<std::pair<std::string, double>> ours, vllm;
+    for (size_t p = 0; p < sd.num_accepted_tokens_per_pos.size(); ++p) {
+      const auto v = static_cast<double>(sd.num_accepted_tokens_per_pos[p]);
+      ours.emplace_back(fmt::format("position=\"{}\"", p), v);
+      vllm.emplace_back(fmt::format("{},position=\"{}\"", labels, p), v);
+    }
+    const char* help = "Draft tokens accepted at each position of the draft (0 = first).";
+    family("counter", "pagoda_spec_decode_num_accepted_tokens_per_pos_total", help, ours);
+    family("counter", "vllm:spec_decode_num_accepted_tokens_per_pos", help, vllm);
+  }
+  family("gauge", "pagoda_spec_decode_acceptance_rate",
+         "Accepted / verified draft tokens since start.", {{"", sd.acceptance_rate()}});
+  family("gauge", "pagoda_spec_decode_mean_acceptance_length",
+         "Tokens a verify step emitted on average (1 + accepted drafts).",
+         {{"", sd.mean_acceptance_length()}});
   family("counter", "pagoda_requests_finished_total", "Requests that finished (stop or length).",
          {{"", static_cast<double>(requests_stop_ + requests_length_)}});
   family("counter", "pagoda_requests_aborted_total", "Requests aborted (client gone, shutdown).",

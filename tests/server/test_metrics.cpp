@@ -40,6 +40,27 @@ std::map<std::string, double> samples(const std::string& text) {
   return out;
 }
 
+TEST(Metrics, ExportsSpeculativeDecodingCounters) {
+  Metrics m;
+  EngineStats s;
+  s.spec_decode.record(4, 3);
+  s.spec_decode.record(4, 1);
+  s.spec_decode.record(2, 0);
+  const auto v = samples(m.render(s, "stories"));
+  const std::string l = R"({model_name="stories",engine="0"})";
+  EXPECT_EQ(v.at("vllm:spec_decode_num_drafts" + l), 3);
+  EXPECT_EQ(v.at("vllm:spec_decode_num_draft_tokens" + l), 10);
+  EXPECT_EQ(v.at("vllm:spec_decode_num_accepted_tokens" + l), 4);
+  EXPECT_EQ(v.at(R"(vllm:spec_decode_num_accepted_tokens_per_pos{model_name="stories",engine="0",position="0"})"), 2);
+  EXPECT_EQ(v.at(R"(vllm:spec_decode_num_accepted_tokens_per_pos{model_name="stories",engine="0",position="1"})"), 1);
+  EXPECT_EQ(v.at(R"(vllm:spec_decode_num_accepted_tokens_per_pos{model_name="stories",engine="0",position="2"})"), 1);
+  EXPECT_EQ(v.at(R"(vllm:spec_decode_num_accepted_tokens_per_pos{model_name="stories",engine="0",position="3"})"), 0);
+  EXPECT_EQ(v.at("pagoda_spec_decode_num_accepted_tokens_total"), 4);
+  EXPECT_EQ(v.at(R"(pagoda_spec_decode_num_accepted_tokens_per_pos_total{position="0"})"), 2);
+  EXPECT_DOUBLE_EQ(v.at("pagoda_spec_decode_acceptance_rate"), 0.4);
+  EXPECT_DOUBLE_EQ(v.at("pagoda_spec_decode_mean_acceptance_length"), 1.0 + 4.0 / 3.0);
+}
+
 TEST(Metrics, ExportsPreemptionsAndVllmNames) {
   Metrics m;
   m.record_request(finished(FinishReason::Stop, 10, 5));

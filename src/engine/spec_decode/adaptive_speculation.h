@@ -1,0 +1,53 @@
+// Per-request switch that stops speculation where it does not pay.
+//
+// A verify step of 1 + k tokens costs more than a plain decode step of 1:
+// on a CPU, decode is bound by reading the weights once per step, and k
+// more query rows add only their FLOPs and attention reads. Measured on the
+// Qwen3-0.6B shape (bench/speculative_decoding.md), a step of 1 + k tokens
+// costs about 1 + kVerifyCostPerDraftToken x k plain steps. A request that
+// emits on average E tokens per verify step (1 + accepted drafts) gains
+// only when E exceeds that cost: E is tracked as an exponential moving
+// average, and below the break-even the request decodes without drafts,
+// trying one verify step again every kReprobeInterval steps in case its
+// text became repetitive (an n-gram match, a draft that now agrees).
+#pragma once
+
+#include <cstdint>
+
+namespace pagoda {
+
+class AdaptiveSpeculation {
+ public:
+  // Measured: see bench/speculative_decoding.md ("break-even").
+  static constexpr double kVerifyCostPerDraftToken = 0.06;
+  static constexpr double kEmaWeight = 0.3;  // of the newest step
+  static constexpr int32_t kReprobeInterval = 64;
+
+  static double break_even(int32_t k) { return 1.0 + kVerifyCostPerDraftToken * k; }
+
+  // Whether this step should draft for the request: true while it pays;
+  // when off, every kReprobeInterval-th call probes again.
+  bool should_speculate() {
+    if (!off_) return true;
+    if (++steps_off_ < kReprobeInterval) return false;
+    steps_off_ = 0;
+    return true;
+  }
+  // After a verify step of k drafts with `accepted` of them accepted.
+  void record(int32_t k, int32_t accepted) {
+    ema_tokens_ = (1 - kEmaWeight) * ema_tokens_ + kEmaWeight * (1.0 + accepted);
+    off_ = ema_tokens_ < break_even(k);
+    steps_off_ = 0;
+  }
+  bool off() const { return off_; }
+  double ema_tokens_per_step() const { return ema_tokens_; }
+
+ private:
+  // Starts at 2 tokens a step: a request that accepts nothing falls below
+  // the break-even within a few verify steps (2, 1.7, 1.49, 1.34, 1.24, ...).
+  double ema_tokens_ = 2.0;
+  bool off_ = false;
+  int32_t steps_off_ = 0;
+};
+
+}  // namespace pagoda

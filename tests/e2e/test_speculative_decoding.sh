@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Speculative decoding from the CLI (`--speculative-config`, n-gram): greedy
+# output equals greedy output without it, token for token, on stories260k,
+# a tiny random Qwen3 (real tokenizer, tools/make_random_checkpoint.py) and
+# a tiny DeepSeek V3 (MLA cache), alone and with chunked prefill, a tiny KV
+# pool (preemption) and small blocks; bad configs are usage errors (exit 2).
+set -uo pipefail
+pagoda=$1
+src=$2
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+ngram='{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1, "adaptive": false}'
+
+# Prompts whose continuations repeat (drafts accepted) and ordinary ones.
+cat >"$tmp/prompts.txt" <<'TXT'
+Once upon a time
+The cat sat. The cat sat. The cat sat. The cat
+Tom said hi. Tom said hi. Tom said
+a b c d a b c d a b c d a b
+Lily liked to play. Lily liked to play. Lily liked to
+The little dog
+He ran and ran and ran and ran and
+Mom said
+TXT
+
+# accepted_some NAME STDERR: the run drafted, and some drafts were accepted
+# and some rejected (both paths ran).
+accepted_some() {
+  local line
+  line=$(grep "speculative decoding:" "$2") || { fail "$1: no speculative decoding summary"; return; }
+  [[ $line =~ ([0-9]+)\ drafts,\ ([0-9]+)\ of\ ([0-9]+)\ draft ]] || { fail "$1: bad summary: $line"; return; }
+  (( BASH_REMATCH[1] > 10 && BASH_REMATCH[2] > 0 && BASH_REMATCH[2] < BASH_REMATCH[3] )) ||
+    fail "$1: expected accepted and rejected drafts: $line"
+}
+
+# same NAME MODEL [flags...]: greedy with and without speculation, same ids.
+same() {
+  local name=$1 model=$2
+  shift 2
+  local common=(generate --model "$model" --prompts-file "$tmp/prompts.txt" --temperature 0
+                --ignore-eos --json --no-progress "$@")
+  "$pagoda" "${common[@]}" >"$tmp/$name.plain.json" 2>"$tmp/$name.plain.err" ||
+    { fail "$name: plain generate: $(tail -2 "$tmp/$name.plain.err")"; return; }
+  "$pagoda" "${common[@]}" --speculative-config "$ngram" >"$tmp/$name.spec.json" \
+    2>"$tmp/$name.spec.err" ||
+    { fail "$name: speculative generate: $(tail -2 "$tmp/$name.spec.err")"; return; }
+  accepted_some "$name" "$tmp/$name.spec.err"
+  $py - "$tmp/$name.plain.json" "$tmp/$name.spec.json" "$name" <<'PY' || failures=$((failures + 1))
+import json, sys
+plain = [json.loads(l) for l in open(sys.argv[1])]
+spec = [json.loads(l) for l in open(sys.argv[2])]
+assert len(plain) == len(spec) == 8, (len(plain), len(spec))
+for i, (p, s) in enumerate(zip(plain, spec)):
+    if p["token_ids"] != s["token_ids"] or p["text"] != s["text"]:
+        print(f"FAIL: {sys.argv[3]}: prompt {i} differs:\n  plain {p['token_ids']}\n  spec  {s['token_ids']}")
+        sys.exit(1)
+PY
+}
+
+m=$src/models/stories260k
+same stories "$m" --max-tokens 64
+same stories_chunked "$m" --max-tokens 48 --max-num-batched-tokens 6 --block-size 4
+# Room for about one 128-position sequence at 1280 bytes a position:
+# requests are preempted and recomputed.
+same stories_preempt "$m" --max-tokens 48 --max-model-len 128 --kv-cache-memory 196608 --block-size 4
+
+$py "$src/tools/make_random_checkpoint.py" --out "$tmp/qwen3" --layers 2 --hidden 32 --heads 4 \
+  --kv-heads 2 --head-dim 16 --intermediate 64 --seed 3 >/dev/null || fail "make_random_checkpoint"
+same qwen3 "$tmp/qwen3" --max-tokens 40 --max-model-len 256
+same qwen3_chunked "$tmp/qwen3" --max-tokens 40 --max-model-len 256 --max-num-batched-tokens 5
+
+$py "$src/tools/make_deepseek_checkpoint.py" --out "$tmp/deepseek" --dtype f32 --seed 1 >/dev/null ||
+  fail "make_deepseek_checkpoint"
+$py - "$tmp/prompts.jsonl" <<'PY'
+# The tiny DeepSeek checkpoint has no tokenizer for text prompts: ids instead.
+import sys, random
+random.seed(5)
+with open(sys.argv[1], "w") as f:
+    for i in range(8):
+        period = random.randint(2, 6)
+        base = [random.randint(3, 200) for _ in range(period)]
+        ids = (base * 8)[: random.randint(8, 30)] if i % 2 == 0 else [random.randint(3, 200) for _ in range(12)]
+        f.write('{"prompt_token_ids": %s}\n' % ids)
+PY
+same_ids() {
+  local name=$1 model=$2
+  shift 2
+  local common=(generate --model "$model" --prompts-file "$tmp/prompts.jsonl" --temperature 0
+                --ignore-eos --json --no-progress "$@")
+  "$pagoda" "${common[@]}" >"$tmp/$name.plain.json" 2>"$tmp/$name.err" &&
+    "$pagoda" "${common[@]}" --speculative-config "$ngram" >"$tmp/$name.spec.json" 2>"$tmp/$name.spec.err" ||
+    { fail "$name: generate: $(tail -2 "$tmp/$name.err" "$tmp/$name.spec.err")"; return; }
+  accepted_some "$name" "$tmp/$name.spec.err"
+  cmp -s <($py -c 'import json,sys; [print(json.loads(l)["token_ids"]) for l in open(sys.argv[1])]' "$tmp/$name.plain.json") \
+         <($py -c 'import json,sys; [print(json.loads(l)["token_ids"]) for l in open(sys.argv[1])]' "$tmp/$name.spec.json") ||
+    fail "$name: speculative token ids differ from plain"
+}
+same_ids deepseek "$tmp/deepseek" --max-tokens 32
+same_ids deepseek_chunked "$tmp/deepseek" --max-tokens 32 --max-num-batched-tokens 5 --block-size 4
+
+# Bad configs: a usage error naming the flag, no crash.
+for bad in '{' '{"method": "ngram"}' '{"method": "eagle", "num_speculative_tokens": 2}' \
+           '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2}' \
+           '{"method": "ngram", "num_speculative_tokens": 2, "bogus": 1}'; do
+  "$pagoda" generate --model "$m" --prompt hi --max-tokens 2 --speculative-config "$bad" \
+    >"$tmp/bad.out" 2>"$tmp/bad.err"
+  rc=$?
+  [[ $rc -eq 2 ]] || fail "config '$bad': exit $rc, expected 2"
+  grep -q -- "--speculative-config" "$tmp/bad.err" || fail "config '$bad': message lacks the flag: $(cat "$tmp/bad.err")"
+done
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures speculative decoding check(s) failed"
+  exit 1
+fi
+echo "speculative decoding: all checks passed"

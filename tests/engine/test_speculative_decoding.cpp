@@ -1,0 +1,379 @@
+// Speculative decoding in the engine (n-gram proposer): greedy output with
+// drafts verified in the step must be token for token the output without
+// them, whatever the batch, chunking, preemption, prefix-cache hits, stops
+// and limits; rejected drafts must leave no page behind and never reach the
+// prefix cache (LLMEngine::check_invariants after every step).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/llm.h"
+#include "engine_test_util.h"
+
+namespace pagoda {
+namespace {
+
+const std::string kModel = test::kDemoModel;
+
+SpeculativeConfig ngram(int k, int min_n, int max_n, bool adaptive = false) {
+  SpeculativeConfig c;
+  c.method = SpeculativeMethod::Ngram;
+  c.num_speculative_tokens = k;
+  c.prompt_lookup_min = min_n;
+  c.prompt_lookup_max = max_n;
+  c.adaptive = adaptive;
+  return c;
+}
+
+// Prompts whose greedy continuation repeats itself or the prompt (so drafts
+// are accepted) and ordinary ones (so most are rejected).
+std::vector<std::string> many_prompts() {
+  return {"Once upon a time",
+          "Lily and Tom went to the park",
+          "The little dog",
+          "One day, a big bird",
+          "Sam had a red ball",
+          "The sun was hot and",
+          "There was a tiny mouse",
+          "Mom said",
+          "The cat sat. The cat sat. The cat sat. The cat",
+          "Tom said hi. Tom said hi. Tom said",
+          "a b c d a b c d a b c d a b",
+          "Lily liked to play. Lily liked to play. Lily liked to",
+          "He ran and ran and ran and ran and",
+          "Once upon a time, there was a little girl named Lily. Once upon a time, there was a",
+          "The dog was happy. The cat was happy. The bird was",
+          "Ben"};
+}
+
+// Runs the prompts to the end step by step, checking the engine's
+// invariants after each step; returns outputs in prompt order.
+std::vector<RequestOutput> run(LLMEngine& engine, const std::vector<std::string>& prompts,
+                               const std::vector<SamplingParams>& params) {
+  std::vector<RequestOutput> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    engine.add_request(std::to_string(i), engine.tokenizer().encode(prompts[i], true),
+                       params[params.size() == 1 ? 0 : i]);
+  }
+  while (engine.has_unfinished()) {
+    for (RequestOutput& o : engine.step()) {
+      if (o.finished) out[std::stoul(o.request_id)] = std::move(o);
+    }
+    engine.check_invariants();
+  }
+  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "a block leaked";
+  return out;
+}
+
+std::vector<RequestOutput> run(const EngineOptions& o, const std::vector<std::string>& prompts,
+                               const std::vector<SamplingParams>& params) {
+  LLMEngine engine(kModel, o);
+  return run(engine, prompts, params);
+}
+
+void expect_same(const std::vector<RequestOutput>& spec, const std::vector<RequestOutput>& plain) {
+  ASSERT_EQ(spec.size(), plain.size());
+  for (size_t i = 0; i < spec.size(); ++i) {
+    EXPECT_EQ(spec[i].token_ids, plain[i].token_ids) << "prompt " << i;
+    EXPECT_EQ(spec[i].text, plain[i].text) << "prompt " << i;
+    EXPECT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "prompt " << i;
+  }
+}
+
+TEST(SpeculativeDecoding, GreedyNgramEqualsPlainGreedyOverManyPrompts) {
+  const auto prompts = many_prompts();
+  const auto plain = run(EngineOptions{}, prompts, {test::greedy(96)});
+  for (const auto& [k, min_n, max_n] : std::vector<std::tuple<int, int, int>>{
+           {1, 1, 1}, {4, 1, 3}, {3, 2, 5}, {8, 1, 4}}) {
+    EngineOptions o;
+    o.speculative_config = ngram(k, min_n, max_n);
+    LLMEngine engine(kModel, o);
+    expect_same(run(engine, prompts, {test::greedy(96)}), plain);
+    const SpecDecodeStats s = engine.stats().spec_decode;
+    // Speculation did happen, with accepted and rejected drafts both.
+    EXPECT_GT(s.num_drafts, 50) << "k " << k;
+    EXPECT_GT(s.num_accepted_tokens, 0) << "k " << k;
+    EXPECT_LT(s.num_accepted_tokens, s.num_draft_tokens) << "k " << k;
+    ASSERT_FALSE(s.num_accepted_tokens_per_pos.empty());
+    EXPECT_LE(static_cast<int>(s.num_accepted_tokens_per_pos.size()), k);
+    int64_t sum = 0;
+    for (size_t p = 0; p < s.num_accepted_tokens_per_pos.size(); ++p) {
+      sum += s.num_accepted_tokens_per_pos[p];
+      if (p > 0) EXPECT_LE(s.num_accepted_tokens_per_pos[p], s.num_accepted_tokens_per_pos[p - 1]);
+    }
+    EXPECT_EQ(sum, s.num_accepted_tokens);
+  }
+}
+
+TEST(SpeculativeDecoding, AdaptiveSwitchKeepsOutputAndDraftsLess) {
+  const auto prompts = many_prompts();
+  const auto plain = run(EngineOptions{}, prompts, {test::greedy(96)});
+  EngineOptions always, adaptive;
+  always.speculative_config = ngram(4, 1, 2, /*adaptive=*/false);
+  adaptive.speculative_config = ngram(4, 1, 2, /*adaptive=*/true);
+  LLMEngine a(kModel, always), b(kModel, adaptive);
+  expect_same(run(a, prompts, {test::greedy(96)}), plain);
+  expect_same(run(b, prompts, {test::greedy(96)}), plain);
+  const SpecDecodeStats sa = a.stats().spec_decode, sb = b.stats().spec_decode;
+  // Requests below the break-even stop drafting: fewer drafts, each more
+  // often accepted.
+  EXPECT_LT(sb.num_drafts, sa.num_drafts);
+  EXPECT_GT(sb.acceptance_rate(), sa.acceptance_rate());
+}
+
+// Per-request processors (penalties, logit_bias, bad words, min_tokens,
+// allowed ids) are applied per draft position as plain sampling would, and
+// sampled requests share the batch with greedy ones.
+TEST(SpeculativeDecoding, MixedBatchWithLogitsProcessorsEqualsPlain) {
+  const auto prompts = many_prompts();
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p = test::greedy(40 + static_cast<int>(i) * 3, /*ignore_eos=*/i % 2 == 0);
+    switch (i % 8) {
+      case 1: p.repetition_penalty = 1.3f; break;
+      case 2: p.frequency_penalty = 0.4f; p.presence_penalty = 0.2f; break;
+      case 3: p.logit_bias = {{300, 3.0f}, {301, -5.0f}}; break;
+      case 4: p.min_tokens = 30; p.ignore_eos = false; break;
+      case 5: p.bad_words_token_ids = {{263}, {278, 279}}; break;
+      case 6: p.temperature = 0.8f; p.seed = 7 + i; break;  // sampled: not compared
+      case 7: p.logprobs = 2; break;
+      default: break;
+    }
+    params.push_back(p);
+  }
+  const auto plain = run(EngineOptions{}, prompts, params);
+  EngineOptions o;
+  o.speculative_config = ngram(4, 1, 3);
+  const auto spec = run(o, prompts, params);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (!params[i].greedy()) {
+      EXPECT_EQ(spec[i].token_ids.size(), static_cast<size_t>(params[i].max_tokens));
+      continue;
+    }
+    EXPECT_EQ(spec[i].token_ids, plain[i].token_ids) << "prompt " << i;
+    EXPECT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "prompt " << i;
+    // Logprobs of accepted tokens are the target's (rows of a multi-token
+    // pass may round differently from a one-token step: a small tolerance).
+    ASSERT_EQ(spec[i].logprobs.size(), plain[i].logprobs.size());
+    for (size_t t = 0; t < spec[i].logprobs.size(); ++t) {
+      EXPECT_NEAR(spec[i].logprobs[t].logprob, plain[i].logprobs[t].logprob, 1e-4);
+      ASSERT_EQ(spec[i].logprobs[t].top_logprobs.size(), 2u);
+      EXPECT_EQ(spec[i].logprobs[t].top_logprobs[0].first, plain[i].logprobs[t].top_logprobs[0].first);
+    }
+  }
+}
+
+TEST(SpeculativeDecoding, ChunkedPrefillPreemptionAndSmallBlocksEqualPlain) {
+  const auto prompts = many_prompts();
+  const auto plain = run(EngineOptions{}, prompts, {test::greedy(48)});
+  EngineOptions o;
+  o.max_num_batched_tokens = 7;  // chunks of prompts next to 1 + k token decodes
+  o.block_size = 4;              // a rejected tail often spans a block
+  o.max_model_len = 128;
+  // Room for about two sequences: preemption and recomputation.
+  o.kv_cache_memory = 5 * 2 * 4 * 8 * 4 * 4 * 36;  // 144 positions of 1280 bytes
+  o.speculative_config = ngram(5, 1, 3);
+  LLMEngine engine(kModel, o);
+  const auto spec = run(engine, prompts, {test::greedy(48)});
+  expect_same(spec, plain);
+  int64_t preemptions = 0;
+  for (const RequestOutput& r : spec) preemptions += r.metrics.num_preemptions;
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GT(engine.stats().spec_decode.num_accepted_tokens, 0);
+}
+
+TEST(SpeculativeDecoding, PrefixCacheHitsAfterSpeculationEqualPlain) {
+  // Second round: each prompt is a first-round prompt plus its output, so
+  // it hits blocks cached by speculative steps; their K/V must be that of
+  // the accepted tokens (a cached rejected draft would change the logits).
+  const auto prompts = many_prompts();
+  EngineOptions o;
+  o.block_size = 4;
+  o.speculative_config = ngram(4, 1, 3);
+  LLMEngine engine(kModel, o);
+  const auto first = run(engine, prompts, {test::greedy(40)});
+  std::vector<std::string> second;
+  for (size_t i = 0; i < prompts.size(); ++i) second.push_back(prompts[i] + first[i].text);
+  const auto spec = run(engine, second, {test::greedy(24)});
+  EngineOptions plain_options;
+  plain_options.enable_prefix_caching = false;
+  const auto plain = run(plain_options, second, {test::greedy(24)});
+  expect_same(spec, plain);
+  int64_t hits = 0;
+  for (const RequestOutput& r : spec) hits += r.metrics.num_cached_tokens;
+  EXPECT_GT(hits, 100);
+}
+
+TEST(SpeculativeDecoding, StopsInsideAcceptedRunsEndThere) {
+  // A repetitive prompt: long accepted runs, which each limit must cut.
+  const std::vector<std::string> prompts = {"Tom said hi. Tom said hi. Tom said",
+                                            "The cat sat. The cat sat. The cat sat. The cat"};
+  const auto reference = run(EngineOptions{}, prompts, {test::greedy(60)});
+  EngineOptions o;
+  o.speculative_config = ngram(6, 1, 3);
+  LLMEngine engine(kModel, o);
+  for (int max_tokens = 1; max_tokens <= 20; ++max_tokens) {
+    expect_same(run(engine, prompts, {test::greedy(max_tokens)}),
+                run(EngineOptions{}, prompts, {test::greedy(max_tokens)}));
+  }
+  // Stop strings and stop ids taken from the middle of the reference text.
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string& text = reference[i].text;
+    for (size_t at : {size_t{5}, size_t{17}, size_t{40}}) {
+      SamplingParams p = test::greedy(60);
+      p.stop = {text.substr(at, 4)};
+      expect_same(run(engine, {prompts[i]}, {p}), run(EngineOptions{}, {prompts[i]}, {p}));
+      SamplingParams q = test::greedy(60);
+      q.stop_token_ids = {reference[i].token_ids[at / 3 + 2]};
+      expect_same(run(engine, {prompts[i]}, {q}), run(EngineOptions{}, {prompts[i]}, {q}));
+    }
+  }
+  EXPECT_GT(engine.stats().spec_decode.num_accepted_tokens, 0);
+}
+
+// Random batches: prompts, limits, arrival times and pool sizes drawn from a
+// fixed seed; every step's invariants hold and every block returns.
+TEST(SpeculativeDecoding, RandomizedInvariants) {
+  std::mt19937 rng(2024);
+  const auto pool = many_prompts();
+  for (int trial = 0; trial < 6; ++trial) {
+    EngineOptions o;
+    o.block_size = 1 << (rng() % 4);
+    o.max_num_batched_tokens = 4 + static_cast<int32_t>(rng() % 40);
+    o.max_model_len = 160;
+    o.kv_cache_memory = 5 * 2 * 8 * 4 * 4 * (160 + static_cast<int64_t>(rng() % 400));
+    o.speculative_config = ngram(1 + static_cast<int>(rng() % 6), 1, 1 + static_cast<int>(rng() % 3),
+                                 rng() % 2 == 0);
+    LLMEngine engine(kModel, o);
+    std::vector<std::string> prompts;
+    std::vector<SamplingParams> params;
+    for (int i = 0; i < 10; ++i) {
+      prompts.push_back(pool[rng() % pool.size()]);
+      SamplingParams p = test::greedy(1 + static_cast<int>(rng() % 80), rng() % 2 == 0);
+      if (rng() % 3 == 0) {
+        p.temperature = 0.7f;
+        p.seed = rng();
+      }
+      params.push_back(p);
+    }
+    // Half arrive later, between steps.
+    for (size_t i = 0; i < 5; ++i)
+      engine.add_request(std::to_string(i), engine.tokenizer().encode(prompts[i], true), params[i]);
+    size_t next = 5;
+    int64_t steps = 0;
+    while (engine.has_unfinished() || next < prompts.size()) {
+      if (next < prompts.size() && rng() % 3 == 0) {
+        engine.add_request(std::to_string(next), engine.tokenizer().encode(prompts[next], true),
+                           params[next]);
+        ++next;
+      }
+      engine.step();
+      engine.check_invariants();
+      ASSERT_LT(++steps, 5000);
+    }
+    EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "trial " << trial;
+  }
+}
+
+// Two-sample chi-square statistic of two count tables over the same
+// categories (those with fewer than 10 samples in all merged), and its
+// critical value at significance 0.001 (Wilson-Hilferty).
+std::pair<double, double> two_sample_chi_square(const std::map<int32_t, int64_t>& a,
+                                                const std::map<int32_t, int64_t>& b) {
+  std::map<int32_t, std::pair<int64_t, int64_t>> cells;
+  for (const auto& [k, n] : a) cells[k].first += n;
+  for (const auto& [k, n] : b) cells[k].second += n;
+  std::vector<std::pair<int64_t, int64_t>> merged(1, {0, 0});  // [0]: the rare ones
+  for (const auto& [k, c] : cells) {
+    if (c.first + c.second < 10) {
+      merged[0].first += c.first;
+      merged[0].second += c.second;
+    } else {
+      merged.push_back(c);
+    }
+  }
+  double na = 0, nb = 0;
+  for (const auto& c : merged) na += c.first, nb += c.second;
+  double chi = 0;
+  int df = -1;
+  for (const auto& [x, y] : merged) {
+    if (x + y == 0) continue;
+    ++df;
+    const double ea = (x + y) * na / (na + nb), eb = (x + y) * nb / (na + nb);
+    chi += (x - ea) * (x - ea) / ea + (y - eb) * (y - eb) / eb;
+  }
+  const double h = 2.0 / (9.0 * df);
+  return {chi, df * std::pow(1 - h + 3.0902 * std::sqrt(h), 3)};
+}
+
+// End to end with the model: the 24th output token of seeded sampled
+// requests (stories repeat names and phrases, so steps before it verify
+// drafts), with and without speculation, is one distribution (two-sample
+// chi-square at 0.001; the speculative samples reject a colder sampling's).
+TEST(SpeculativeDecoding, SampledTokensFollowThePlainDistribution) {
+  const std::string prompt = "Lily liked to play. Lily liked to play. Lily liked to";
+  constexpr int kN = 1200;
+  constexpr int kAt = 23;
+  auto third_tokens = [&](const EngineOptions& o, float temperature, uint64_t seed0,
+                          SpecDecodeStats* stats) {
+    LLMEngine engine(kModel, o);
+    std::vector<std::string> prompts(kN, prompt);
+    std::vector<SamplingParams> params;
+    for (int i = 0; i < kN; ++i) {
+      SamplingParams p = test::greedy(kAt + 1);
+      p.temperature = temperature;
+      p.top_k = 12;
+      p.top_p = 0.95f;
+      p.repetition_penalty = 1.1f;
+      p.seed = seed0 + static_cast<uint64_t>(i);
+      params.push_back(p);
+    }
+    std::map<int32_t, int64_t> counts;
+    for (const RequestOutput& r : run(engine, prompts, params)) counts[r.token_ids[kAt]]++;
+    if (stats) *stats = engine.stats().spec_decode;
+    return counts;
+  };
+  EngineOptions spec_options;
+  spec_options.speculative_config = ngram(4, 1, 3);
+  SpecDecodeStats stats;
+  const auto spec = third_tokens(spec_options, 1.0f, 0, &stats);
+  const auto plain = third_tokens(EngineOptions{}, 1.0f, 1u << 20, nullptr);
+  EXPECT_GT(stats.num_accepted_tokens, 100) << stats.num_drafts << " drafts of " << stats.num_draft_tokens;
+  EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens);
+  const auto [chi, critical] = two_sample_chi_square(spec, plain);
+  EXPECT_LT(chi, critical) << "speculative and plain samples differ";
+  const auto colder = third_tokens(EngineOptions{}, 0.5f, 1u << 21, nullptr);
+  const auto [chi_cold, critical_cold] = two_sample_chi_square(spec, colder);
+  EXPECT_GT(chi_cold, critical_cold) << "the test cannot tell temperature 1 from 0.5";
+}
+
+TEST(SpeculativeDecoding, BadConfigsAreRefused) {
+  EXPECT_THROW(parse_speculative_config("{"), InputError);
+  EXPECT_THROW(parse_speculative_config("[]"), InputError);
+  EXPECT_THROW(parse_speculative_config(R"({"method": "ngram"})"), InputError);
+  EXPECT_THROW(parse_speculative_config(R"({"method": "eagle", "num_speculative_tokens": 2})"),
+               InputError);
+  EXPECT_THROW(parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 0})"),
+               InputError);
+  EXPECT_THROW(parse_speculative_config(
+                   R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2})"),
+               InputError);
+  EXPECT_THROW(parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "foo": 1})"),
+               InputError);
+  EXPECT_THROW(parse_speculative_config(R"({"method": "draft_model", "num_speculative_tokens": 2})"),
+               InputError);
+  const SpeculativeConfig c =
+      parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})");
+  EXPECT_EQ(c.num_speculative_tokens, 3);
+  EXPECT_EQ(c.prompt_lookup_min, 4);  // as vLLM: the one given sets the other
+  EXPECT_EQ(c.prompt_lookup_max, 4);
+  EXPECT_TRUE(c.adaptive);
+}
+
+}  // namespace
+}  // namespace pagoda
