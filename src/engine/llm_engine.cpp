@@ -266,6 +266,15 @@ LLMEngine::~LLMEngine() {
   if (model_) report_weight_memory(*model_, comm_);
 }
 
+structured::GrammarCompiler& LLMEngine::grammar_compiler() const {
+  std::call_once(grammar_compiler_once_, [&] {
+    auto vocab = std::make_shared<const structured::TokenVocab>(
+        *tokenizer_, static_cast<int32_t>(model_->config().vocab_size), eos_ids_);
+    grammar_compiler_ = std::make_unique<structured::GrammarCompiler>(std::move(vocab));
+  });
+  return *grammar_compiler_;
+}
+
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
                                  const SamplingParams& params) const {
   params.validate();
@@ -383,6 +392,15 @@ void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
   if (r.output_ids.size() == 1) r.first_token_time = Clock::now();
 
   const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+  if (r.grammar) {
+    // The mask allowed only this grammar's tokens, so this cannot fail
+    // unless something masked all of them (min_tokens holding back EOS
+    // when only EOS may follow): the output stops where it is.
+    if (!r.grammar->accept_token(token) || r.grammar->is_terminated()) {
+      finish(r, FinishReason::Stop);
+      return;
+    }
+  }
   const auto& stop_ids = r.params.stop_token_ids;
   if ((is_eos && !r.params.ignore_eos) ||
       std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
@@ -396,7 +414,10 @@ void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
     finish(r, FinishReason::Stop);
     return;
   }
-  if (static_cast<int64_t>(r.output_ids.size()) >= r.params.max_tokens ||
+  // A complete grammar with no possible continuation: only EOS could
+  // come next, so stop now rather than spend a step sampling it.
+  const bool grammar_done = r.grammar && r.grammar->must_end();
+  if (grammar_done || static_cast<int64_t>(r.output_ids.size()) >= r.params.max_tokens ||
       r.num_tokens() >= max_model_len_) {
     r.output_text += r.detokenizer->flush();
     if (const auto cut = r.stop_checker.find(r.output_text, r.output_text.size())) {
@@ -404,7 +425,7 @@ void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
       finish(r, FinishReason::Stop);
       return;
     }
-    finish(r, FinishReason::Length);
+    finish(r, grammar_done ? FinishReason::Stop : FinishReason::Length);
   }
 }
 
@@ -515,7 +536,7 @@ std::vector<RequestOutput> LLMEngine::step() {
                             r.params.stop_token_ids.end());
       }
       sampled[i] = sample_token(std::span<float>(logits_of(i), vocab), r.params, r.prompt_ids,
-                                r.output_ids, all_stop_ids, r.rng);
+                                r.output_ids, all_stop_ids, r.rng, r.grammar.get());
     }
   });
   std::vector<Request*> done;

@@ -145,6 +145,24 @@ void Grammar::validate() const {
     if (color[r] == 0) visit(static_cast<int32_t>(r));
 }
 
+Grammar Grammar::prefixed(const std::string& literal) const {
+  if (literal.empty()) return *this;
+  Grammar g;
+  Element text;
+  text.literal = literal;
+  Element old_root;
+  old_root.kind = Element::Kind::RuleRef;
+  old_root.rule = 1;
+  g.rules.push_back(Rule{"prefixed-root", {{text, old_root}}});
+  for (Rule r : rules) {
+    for (auto& alt : r.alternatives)
+      for (Element& e : alt)
+        if (e.kind == Element::Kind::RuleRef) ++e.rule;
+    g.rules.push_back(std::move(r));
+  }
+  return g;
+}
+
 std::string Grammar::to_string() const {
   std::string out;
   for (const Rule& r : rules) {

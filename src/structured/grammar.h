@@ -44,6 +44,9 @@ struct Grammar {
   void validate() const;
   // The grammar in the text form (for errors and debugging).
   std::string to_string() const;
+  // This grammar preceded by a fixed text (a new root: the literal, then
+  // the old root).
+  Grammar prefixed(const std::string& literal) const;
 };
 
 }  // namespace pagoda::structured

@@ -8,7 +8,7 @@ GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenVocab> vocab, size_t
     : vocab_(std::move(vocab)), capacity_(capacity) {}
 
 std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const OutputSpec& spec) {
-  const std::string key = std::string(spec.kind_name()) + '\0' + spec.value;
+  const std::string key = std::string(spec.kind_name()) + '\0' + spec.prefix + '\0' + spec.value;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = index_.find(key);
@@ -18,7 +18,8 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const OutputSpec
     }
   }
   // Compiled outside the lock: a slow schema does not hold up the others.
-  auto compiled = std::make_shared<const CompiledGrammar>(parse_gbnf(spec.to_gbnf()), vocab_, spec.value);
+  auto compiled = std::make_shared<const CompiledGrammar>(parse_gbnf(spec.to_gbnf()).prefixed(spec.prefix),
+                                                         vocab_, spec.value);
   std::lock_guard<std::mutex> lock(mu_);
   if (!index_.count(key)) {
     lru_.emplace_front(key, compiled);

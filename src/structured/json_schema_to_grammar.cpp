@@ -77,15 +77,34 @@ std::string integer_range(int64_t lo, int64_t hi) {
 
 class Converter {
  public:
-  explicit Converter(const Json& root) : root_(root) {}
+  Converter(const Json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  std::string convert() {
+  std::string convert(const std::string& root_name) {
     const std::string root = visit(root_, "root");
-    std::string out = "root ::= " + root + "\n";
+    std::string out = root_name + " ::= " + root + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     if (need_string_) out += kStringRules;
     if (need_value_) out += kValueRules;
-    return out;
+    if (prefix_.empty()) return out;
+    // The shared JSON rules too: each schema gets its own copy.
+    // Names are found outside literals "..." and classes [...] only.
+    std::string prefixed;
+    char quote = 0;  // '"' or ']' while inside one
+    for (size_t i = 0; i < out.size(); ++i) {
+      const char c = out[i];
+      if (quote) {
+        prefixed += c;
+        if (c == '\\' && i + 1 < out.size()) prefixed += out[++i];
+        else if (c == quote) quote = 0;
+        continue;
+      }
+      if (c == '"') quote = '"';
+      if (c == '[') quote = ']';
+      if (out.compare(i, 5, "json-") == 0 && (i == 0 || !std::isalnum(static_cast<unsigned char>(out[i - 1]))))
+        prefixed += prefix_;
+      prefixed += c;
+    }
+    return prefixed;
   }
 
  private:
@@ -96,7 +115,7 @@ class Converter {
   std::string new_rule(const std::string& hint, const std::string& body) {
     std::string name;
     for (char c : hint) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
-    name = "s-" + name + "-" + std::to_string(rules_.size());
+    name = prefix_ + "s-" + name + "-" + std::to_string(rules_.size());
     rules_[name] = body;
     return name;
   }
@@ -198,7 +217,7 @@ class Converter {
     // The rule is named before its body is built, so recursion refers to it.
     std::string name;
     for (char c : target) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
-    name = "ref" + name + "-" + std::to_string(refs_.size());
+    name = prefix_ + "ref" + name + "-" + std::to_string(refs_.size());
     refs_[target] = name;
     rules_[name] = "";
     rules_[name] = visit(*schema, target);
@@ -372,6 +391,7 @@ class Converter {
   }
 
   const Json& root_;
+  std::string prefix_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
   bool need_string_ = false, need_value_ = false;
@@ -379,8 +399,9 @@ class Converter {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  return Converter(schema).convert();
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const std::string& root,
+                                const std::string& prefix) {
+  return Converter(schema, prefix).convert(root);
 }
 
 std::string json_object_gbnf() {

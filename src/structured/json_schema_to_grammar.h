@@ -29,7 +29,10 @@
 
 namespace pagoda::structured {
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+// `root`: the name of the rule for the whole schema; every other rule's
+// name starts with `prefix`, so several schemas can share one grammar.
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const std::string& root = "root",
+                                const std::string& prefix = "");
 // Any JSON object (response_format json_object).
 std::string json_object_gbnf();
 

@@ -12,6 +12,9 @@ struct OutputSpec {
   // JsonSchema: the schema as JSON text; Regex: the pattern; Choice: a JSON
   // array of strings; Grammar: GBNF text (gbnf_parser.h); else empty.
   std::string value;
+  // Text the output starts with before the constrained part (a closed
+  // think block for a reasoning model); "" for none.
+  std::string prefix;
 
   bool empty() const { return kind == Kind::None; }
   const char* kind_name() const;
