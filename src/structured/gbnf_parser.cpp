@@ -138,7 +138,11 @@ class Parser {
         e.ranges = {{0, kMaxCodePoint}};
       } else if (c == '(') {
         ++pos_;
+        // Bounded, as the parser recurses once per level (regexes and
+        // schemas become one or two levels per level of their own).
+        if (++depth_ > kMaxNesting) fail(at, "groups nested deeper than " + std::to_string(kMaxNesting));
         auto alts = parse_alternatives(rule, true);
+        --depth_;
         skip_space();
         if (pos_ >= s_.size() || s_[pos_] != ')') fail(at, "unclosed '('");
         ++pos_;
@@ -318,8 +322,10 @@ class Parser {
     }
   }
 
+  static constexpr int kMaxNesting = 256;
   std::string_view s_;
   size_t pos_ = 0;
+  int depth_ = 0;
   Grammar g_;
   std::vector<bool> defined_;
   std::unordered_map<std::string, int32_t> names_;

@@ -68,6 +68,12 @@ std::string class_char(uint32_t cp) {
 
 void Grammar::validate() const {
   if (rules.empty()) throw_input_error("grammar: no rules");
+  // The matcher expands rule references recursively (CompiledGrammar::
+  // decide), as deep as a chain of rules entered without consuming a byte:
+  // a bound on the rules bounds that depth.
+  constexpr size_t kMaxRules = 4096;
+  if (rules.size() > kMaxRules)
+    throw_input_error("grammar: {} rules (groups count as rules); at most {}", rules.size(), kMaxRules);
   for (const Rule& r : rules) {
     if (r.alternatives.empty()) throw_input_error("grammar: rule '{}' has no alternatives", r.name);
     for (const auto& alt : r.alternatives) {

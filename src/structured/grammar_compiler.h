@@ -17,7 +17,9 @@ namespace pagoda::structured {
 
 class GrammarCompiler {
  public:
-  explicit GrammarCompiler(std::shared_ptr<const TokenVocab> vocab, size_t capacity = 64);
+  // At most `capacity` grammars are kept, each with its mask cache (up to
+  // 128 masks of vocab/8 bytes: 2.4 MB for Qwen3).
+  explicit GrammarCompiler(std::shared_ptr<const TokenVocab> vocab, size_t capacity = 32);
   // Throws InputError naming the problem with the spec.
   std::shared_ptr<const CompiledGrammar> compile(const OutputSpec& spec);
   const TokenVocab& vocab() const { return *vocab_; }

@@ -8,6 +8,9 @@ namespace pagoda::structured {
 
 struct OutputSpec {
   enum class Kind { None, JsonSchema, JsonObject, Regex, Choice, Grammar };
+  OutputSpec() = default;
+  OutputSpec(Kind k, std::string v) : kind(k), value(std::move(v)) {}
+
   Kind kind = Kind::None;
   // JsonSchema: the schema as JSON text; Regex: the pattern; Choice: a JSON
   // array of strings; Grammar: GBNF text (gbnf_parser.h); else empty.

@@ -178,7 +178,11 @@ class RegexTranslator {
           fail("group flags are not supported");
         }
       }
+      // Nesting is bounded: the translation (and the grammar's parser
+      // after it) recurse once per level.
+      if (++depth_ > kMaxNesting) fail("groups nested deeper than " + std::to_string(kMaxNesting));
       std::string inner = alternation();
+      --depth_;
       if (pos_ >= s_.size() || s_[pos_] != ')') fail("unclosed '('");
       ++pos_;
       return inner;
@@ -245,9 +249,11 @@ class RegexTranslator {
     return chars(ranges);
   }
 
+  static constexpr int kMaxNesting = 64;
   std::string_view s_;
   bool json_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 std::string class_char(uint32_t cp) {

@@ -41,7 +41,7 @@ void apply_token_mask(const TokenMask& mask, int32_t vocab_size, std::span<float
 // A small LRU of masks by state key.
 class MaskCache {
  public:
-  explicit MaskCache(size_t capacity = 256) : capacity_(capacity) {}
+  explicit MaskCache(size_t capacity = 128) : capacity_(capacity) {}
   std::shared_ptr<const TokenMask> find(const std::string& key);
   void insert(const std::string& key, std::shared_ptr<const TokenMask> mask);
 

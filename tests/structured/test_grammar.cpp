@@ -79,6 +79,13 @@ TEST(Gbnf, ErrorsNameTheProblem) {
   EXPECT_NE(error_of("root ::= \"a\"{3,1}").find("n < m"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"").find("defined twice"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\" @").find("line 1 column 14"), std::string::npos);
+  // Nesting and size are bounded (the parser and matcher recurse).
+  EXPECT_NE(error_of("root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')')).find("nested deeper"),
+            std::string::npos);
+  std::string many = "root ::= r0\n";
+  for (int i = 0; i < 5000; ++i) many += "r" + std::to_string(i) + " ::= \"x\" r" + std::to_string(i + 1) + "?\n";
+  many += "r5000 ::= \"y\"\n";
+  EXPECT_NE(error_of(many).find("at most 4096"), std::string::npos);
 }
 
 TEST(Matcher, EosOnlyWhenCompleteAndRollback) {
@@ -141,6 +148,8 @@ TEST(Regex, UnsupportedConstructsAreErrors) {
   EXPECT_NE(spec_error(K::Regex, "(ab").find("unclosed '('"), std::string::npos);
   EXPECT_NE(spec_error(K::Regex, "a**").find("nested quantifier"), std::string::npos);
   EXPECT_NE(spec_error(K::Regex, "a^b").find("anchors"), std::string::npos);
+  EXPECT_NE(spec_error(K::Regex, std::string(100, '(') + "a" + std::string(100, ')')).find("nested deeper"),
+            std::string::npos);
 }
 
 TEST(Choice, AlternativesOfLiterals) {

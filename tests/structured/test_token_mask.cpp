@@ -68,9 +68,11 @@ TEST(TokenVocab, Qwen3BytesAndTrie) {
 }
 
 struct Case {
+  std::string name;  // the test's name suffix
   OutputSpec::Kind kind;
   std::string value;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class RandomWalk : public ::testing::TestWithParam<Case> {};
 
@@ -114,20 +116,21 @@ TEST_P(RandomWalk, FastMaskEqualsBruteForceAndPrefixesStayValid) {
 INSTANTIATE_TEST_SUITE_P(
     Specs, RandomWalk,
     ::testing::Values(
-        Case{OutputSpec::Kind::JsonSchema,
+        Case{"object_bounds", OutputSpec::Kind::JsonSchema,
              R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},
                  "age":{"type":"integer","minimum":0,"maximum":150},
                  "tags":{"type":"array","items":{"enum":["a","b","c"]},"maxItems":3},
                  "score":{"type":"number","minimum":-10,"maximum":10}},"required":["name","age"]})"},
-        Case{OutputSpec::Kind::JsonSchema, R"({"type":"string"})"},
-        Case{OutputSpec::Kind::JsonSchema,
+        Case{"unbounded_string", OutputSpec::Kind::JsonSchema, R"({"type":"string"})"},
+        Case{"patterns_and_datetime", OutputSpec::Kind::JsonSchema,
              R"({"type":"object","properties":{"id":{"type":"string","pattern":"^[A-Z]{2}-\\d{3,5}$"},
                  "when":{"type":"string","format":"date-time"},"ok":{"type":"boolean"}}})"},
-        Case{OutputSpec::Kind::JsonObject, ""},
-        Case{OutputSpec::Kind::Regex, R"((\+\d{1,3} )?\(\d{3}\) \d{3}-\d{4})"},
-        Case{OutputSpec::Kind::Regex, R"([\u4e00-\u9fff]{1,6}|[a-z ]{2,20}\.)"},
-        Case{OutputSpec::Kind::Choice, R"(["positive","negative","neutral","mixed feelings"])"},
-        Case{OutputSpec::Kind::Grammar, "root ::= expr\nexpr ::= term ([+*-] term)*\nterm ::= [0-9]+ | \"(\" expr \")\"\n"}));
+        Case{"json_object", OutputSpec::Kind::JsonObject, ""},
+        Case{"regex_phone", OutputSpec::Kind::Regex, R"((\+\d{1,3} )?\(\d{3}\) \d{3}-\d{4})"},
+        Case{"regex_cjk_or_words", OutputSpec::Kind::Regex, R"([\u4e00-\u9fff]{1,6}|[a-z ]{2,20}\.)"},
+        Case{"choice", OutputSpec::Kind::Choice, R"(["positive","negative","neutral","mixed feelings"])"},
+        Case{"grammar_arithmetic", OutputSpec::Kind::Grammar, "root ::= expr\nexpr ::= term ([+*-] term)*\nterm ::= [0-9]+ | \"(\" expr \")\"\n"}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace pagoda::structured
