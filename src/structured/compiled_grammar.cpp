@@ -31,9 +31,12 @@ std::string MatcherState::key() const {
   std::string k;
   k.resize(1 + ends.size() * sizeof(uint32_t) + frames.size() * sizeof(Frame));
   k[0] = complete ? 1 : 0;
-  std::memcpy(k.data() + 1, ends.data(), ends.size() * sizeof(uint32_t));
-  std::memcpy(k.data() + 1 + ends.size() * sizeof(uint32_t), frames.data(),
-              frames.size() * sizeof(Frame));
+  // (memcpy from an empty vector's null data() is undefined even for 0 bytes.)
+  if (!ends.empty()) std::memcpy(k.data() + 1, ends.data(), ends.size() * sizeof(uint32_t));
+  if (!frames.empty()) {
+    std::memcpy(k.data() + 1 + ends.size() * sizeof(uint32_t), frames.data(),
+                frames.size() * sizeof(Frame));
+  }
   return k;
 }
 
