@@ -16,6 +16,7 @@ namespace pagoda::cli {
 Runner add_bench_throughput(CLI::App& bench);
 Runner add_bench_roofline(CLI::App& bench);
 Runner add_bench_latency(CLI::App& bench);
+Runner add_bench_structured(CLI::App& bench);
 
 // The model and engine options of the benchmarks that run the engine
 // (latency, throughput). A command's own arguments derive from it; it may

@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -10,6 +12,8 @@
 #include "core/error.h"
 #include "engine/llm.h"
 #include "server/prompt_logprobs_json.h"
+#include "structured/gbnf_parser.h"
+#include "structured/grammar_compiler.h"
 
 namespace pagoda::cli {
 
@@ -24,6 +28,9 @@ struct GenerateArgs {
   bool no_progress = false;
   bool quiet = false;
   int64_t seed = -1;
+  // Structured outputs: at most one of these.
+  std::string json_schema_file, regex, grammar_file;
+  std::vector<std::string> choices;
   SamplingParams sampling;
   EngineOptions engine;
 };
@@ -105,9 +112,55 @@ nlohmann::json output_json(const RequestOutput& out, const std::string& prompt,
   return j;
 }
 
+std::string read_text_file(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) throw_input_error("{}: cannot read '{}'", flag, path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The constraint the flags ask for (Kind::None without one). Checked here,
+// before the model loads, so a bad schema fails fast.
+structured::OutputSpec output_spec(const GenerateArgs& a) {
+  using Kind = structured::OutputSpec::Kind;
+  structured::OutputSpec spec;
+  int given = 0;
+  if (!a.json_schema_file.empty()) {
+    spec = {Kind::JsonSchema, read_text_file(a.json_schema_file, "--json-schema")};
+    ++given;
+  }
+  if (!a.regex.empty()) {
+    spec = {Kind::Regex, a.regex};
+    ++given;
+  }
+  if (!a.grammar_file.empty()) {
+    spec = {Kind::Grammar, read_text_file(a.grammar_file, "--grammar")};
+    ++given;
+  }
+  if (!a.choices.empty()) {
+    spec = {Kind::Choice, nlohmann::json(a.choices).dump()};
+    ++given;
+  }
+  if (given > 1) throw_input_error("give at most one of --json-schema, --regex, --grammar and --choice");
+  if (given == 1) {
+    const char* flag = !a.json_schema_file.empty() ? "--json-schema"
+                       : !a.regex.empty()          ? "--regex"
+                       : !a.grammar_file.empty()   ? "--grammar"
+                                                   : "--choice";
+    try {
+      structured::parse_gbnf(spec.to_gbnf());
+    } catch (const InputError& e) {
+      throw_input_error("{}: {}", flag, e.what());
+    }
+  }
+  return spec;
+}
+
 int run_generate(GenerateArgs& a) {
   if (a.seed >= 0) a.sampling.seed = static_cast<uint64_t>(a.seed);
   a.sampling.validate();
+  const structured::OutputSpec spec = output_spec(a);
   std::vector<Prompt> prompts;
   for (const std::string& p : a.prompts) prompts.push_back(Prompt::from_text(p));
   for (const std::string& ids : a.prompt_token_ids)
@@ -122,6 +175,7 @@ int run_generate(GenerateArgs& a) {
 
   LLM llm(a.model, a.engine);
   if (!a.quiet) print_engine_summary(llm.engine());
+  if (!spec.empty()) a.sampling.grammar = llm.engine().grammar_compiler().compile(spec);
   const bool show_progress = !a.no_progress && prompts.size() > 1 && isatty(STDERR_FILENO);
   const auto outputs =
       llm.generate(prompts, {a.sampling}, show_progress ? LLM::Progress(print_progress) : nullptr);
@@ -170,6 +224,11 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_flag("--no-progress", args->no_progress, "Do not draw a progress bar on stderr");
   cmd->add_flag("--quiet,-q", args->quiet, "Print only the generated text (no engine summary)");
   add_sampling_flags(*cmd, args->sampling, args->seed);
+  cmd->add_option("--json-schema", args->json_schema_file,
+                  "Constrain the output to JSON valid under this JSON schema (file; see README)");
+  cmd->add_option("--regex", args->regex, "Constrain the output to match this regular expression");
+  cmd->add_option("--grammar", args->grammar_file, "Constrain the output to this GBNF grammar (file)");
+  cmd->add_option("--choice", args->choices, "Constrain the output to one of these strings (repeatable)");
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_generate(*args); });

@@ -287,6 +287,15 @@ LLMEngine::~LLMEngine() {
   if (model_) report_weight_memory(*model_, comm_);
 }
 
+structured::GrammarCompiler& LLMEngine::grammar_compiler() const {
+  std::call_once(grammar_compiler_once_, [&] {
+    auto vocab = std::make_shared<const structured::TokenVocab>(
+        *tokenizer_, static_cast<int32_t>(model_->config().vocab_size), eos_ids_);
+    grammar_compiler_ = std::make_unique<structured::GrammarCompiler>(std::move(vocab));
+  });
+  return *grammar_compiler_;
+}
+
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt_ids,
                                  const SamplingParams& params) const {
   params.validate();
@@ -404,6 +413,15 @@ void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
   if (r.output_ids.size() == 1) r.first_token_time = Clock::now();
 
   const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+  if (r.grammar) {
+    // The mask allowed only this grammar's tokens, so this cannot fail
+    // unless something masked all of them (min_tokens holding back EOS
+    // when only EOS may follow): the output stops where it is.
+    if (!r.grammar->accept_token(token) || r.grammar->is_terminated()) {
+      finish(r, FinishReason::Stop);
+      return;
+    }
+  }
   const auto& stop_ids = r.params.stop_token_ids;
   if ((is_eos && !r.params.ignore_eos) ||
       std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
@@ -417,7 +435,10 @@ void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
     finish(r, FinishReason::Stop);
     return;
   }
-  if (static_cast<int64_t>(r.output_ids.size()) >= r.params.max_tokens ||
+  // A complete grammar with no possible continuation: only EOS could
+  // come next, so stop now rather than spend a step sampling it.
+  const bool grammar_done = r.grammar && r.grammar->must_end();
+  if (grammar_done || static_cast<int64_t>(r.output_ids.size()) >= r.params.max_tokens ||
       r.num_tokens() >= max_model_len_) {
     r.output_text += r.detokenizer->flush();
     if (const auto cut = r.stop_checker.find(r.output_text, r.output_text.size())) {
@@ -425,7 +446,7 @@ void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
       finish(r, FinishReason::Stop);
       return;
     }
-    finish(r, FinishReason::Length);
+    finish(r, grammar_done ? FinishReason::Stop : FinishReason::Length);
   }
 }
 
@@ -543,7 +564,8 @@ std::vector<RequestOutput> LLMEngine::step() {
       }
       if (num_spec == 0) {
         tokens.push_back(sample_token(std::span<float>(logits_of(i), vocab), r.params,
-                                      r.prompt_ids, r.output_ids, all_stop_ids, r.rng));
+                                      r.prompt_ids, r.output_ids, all_stop_ids, r.rng,
+                                      r.grammar.get()));
         continue;
       }
       spec_rows.clear();
@@ -626,6 +648,9 @@ void LLMEngine::propose_drafts(const std::vector<Request*>& sampled) {
                           max_model_len_ - r->num_tokens()) - 1;
     r->spec_token_ids.clear();
     if (room <= 0) continue;
+    // A constrained request does not speculate: its drafts would have to be
+    // checked against the grammar and the matcher rolled back on rejection.
+    if (r->grammar) continue;
     if (options_.speculative_config->adaptive && !r->spec_adaptive.should_speculate()) continue;
     std::vector<int32_t>& context = propose_context_;
     context.assign(r->prompt_ids.begin(), r->prompt_ids.end());

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -18,6 +19,7 @@
 #include "kv/kv_cache_dtype.h"
 #include "kv/kv_cache_manager.h"
 #include "models/model.h"
+#include "structured/grammar_compiler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
@@ -134,6 +136,9 @@ class LLMEngine {
   std::string indexer_cache_label() const { return model_->indexer_cache_label(kv_cache_dtype()); }
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
+  // Compiles structured-output specs against this model's vocabulary
+  // (built on first use); thread-safe.
+  structured::GrammarCompiler& grammar_compiler() const;
 
   // Throws InputError for bad params, an empty or too long prompt or token
   // ids outside the vocabulary. Reads only immutable state: safe to call
@@ -213,6 +218,8 @@ class LLMEngine {
   int64_t max_model_len_ = 0;
   int64_t kv_token_capacity_ = 0;  // EngineStats::kv_token_capacity
   std::vector<int32_t> eos_ids_;
+  mutable std::once_flag grammar_compiler_once_;
+  mutable std::unique_ptr<structured::GrammarCompiler> grammar_compiler_;
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;

@@ -25,6 +25,7 @@ Request::Request(std::string id, std::vector<int32_t> prompt, SamplingParams sam
       detokenizer(std::make_unique<IncrementalDetokenizer>(*tokenizer, prompt_ids,
                                                            params.skip_special_tokens)),
       stop_checker(params.stop) {
+  if (params.grammar) grammar = std::make_unique<structured::GrammarMatcher>(params.grammar);
   if (params.prompt_logprobs >= 0) {
     prompt_logprobs = std::make_shared<PromptLogprobs>(params.prompt_logprobs, prompt_ids.size());
   }

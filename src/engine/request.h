@@ -12,6 +12,7 @@
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
 #include "kv/kv_cache_manager.h"
+#include "structured/grammar_matcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
@@ -32,6 +33,8 @@ struct Request {
   std::vector<int32_t> output_ids;
   SamplingParams params;
   SequenceRng rng;
+  // Where the output stands in params.grammar (null when unconstrained).
+  std::unique_ptr<structured::GrammarMatcher> grammar;
 
   RequestStatus status = RequestStatus::Waiting;
   FinishReason finish_reason = FinishReason::None;

@@ -6,6 +6,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include "structured/grammar_matcher.h"
+
 namespace pagoda {
 
 namespace {
@@ -249,10 +251,12 @@ void apply_logits_processors(std::span<float> logits, const SamplingParams& para
 
 SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
                           std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
-                          std::span<const int32_t> stop_ids, SequenceRng& rng) {
+                          std::span<const int32_t> stop_ids, SequenceRng& rng,
+                          const structured::GrammarMatcher* grammar) {
   SampledToken out;
   thread_local std::vector<float> raw;
   if (params.logprobs >= 0) raw.assign(logits.begin(), logits.end());
+  if (grammar) grammar->apply_mask(logits);
 
   apply_logits_processors(logits, params, prompt_ids, output_ids, stop_ids);
   if (params.greedy()) {

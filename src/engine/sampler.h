@@ -12,6 +12,10 @@
 
 namespace pagoda {
 
+namespace structured {
+class GrammarMatcher;
+}
+
 struct SampledToken {
   int32_t token = -1;
   float logprob = 0.0f;  // of the chosen token (only filled when params.logprobs >= 0)
@@ -34,10 +38,12 @@ class SequenceRng {
 // changed. Logprobs are those of the raw model distribution (log_softmax of
 // the logits before penalties/temperature), as vLLM reports by default.
 // `stop_ids` are EOS + stop_token_ids; they are masked while
-// output_ids.size() < params.min_tokens.
+// output_ids.size() < params.min_tokens. `grammar`: the request's matcher
+// when its output is constrained (its mask applies first), else null.
 SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
                           std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
-                          std::span<const int32_t> stop_ids, SequenceRng& rng);
+                          std::span<const int32_t> stop_ids, SequenceRng& rng,
+                          const structured::GrammarMatcher* grammar = nullptr);
 
 // The pieces of sample_token, for speculative verification
 // (spec_decode/rejection_sampler.h), which applies them per draft position.

@@ -2,12 +2,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace pagoda {
+
+namespace structured {
+class CompiledGrammar;
+}
 
 struct SamplingParams {
   float temperature = 1.0f;             // 0 = greedy
@@ -43,6 +48,13 @@ struct SamplingParams {
   // Scheduling priority, as in vLLM: lower values are admitted first and
   // preempted last. Only with SchedulingPolicy::Priority; 0 otherwise.
   int priority = 0;
+  // Structured outputs (constrained decoding): when set, every token must
+  // keep the output a prefix of a sentence of this grammar (the sampler
+  // masks the others before temperature and the rest, after the raw
+  // logprobs), EOS is allowed only once it is complete, and the request
+  // finishes when nothing else can follow. Compiled by
+  // LLMEngine::grammar_compiler() (structured/grammar_compiler.h).
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
 
   bool greedy() const { return temperature == 0.0f; }
   // The parameters of choice `index` of n samples of one prompt (OpenAI's

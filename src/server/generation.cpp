@@ -9,6 +9,7 @@
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/prompt_logprobs_json.h"
+#include "server/tool_choice_grammar.h"
 
 namespace pagoda::server {
 
@@ -123,8 +124,27 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
   sub.return_token_ids = req.return_token_ids;
   sub.prompt_logprobs = req.prompt_logprobs >= 0 && !req.stream;
   sub.n = req.n;
+  structured::OutputSpec constraint = req.structured_output;
+  std::string constraint_field = req.structured_field;
   if (req.chat) {
     const bool has_tools = req.chat_prompt.tools.is_array() && !req.chat_prompt.tools.empty();
+    if (req.tool_choice == "required" || req.tool_choice == "function") {
+      if (!has_tools) throw bad_request("tool_choice " + (req.tool_choice == "required" ? std::string("\"required\"") : "naming a function") + " needs tools", "tool_choice");
+      if (!ctx.tool_format) {
+        throw bad_request(
+            "tool_choice \"required\" or a named function requires the server to be started with "
+            "--enable-auto-tool-choice and --tool-call-parser",
+            "tool_choice");
+      }
+      if (!constraint.empty()) {
+        throw bad_request("tool_choice \"required\" or a named function cannot be combined with " +
+                              constraint_field,
+                          "tool_choice");
+      }
+      constraint = {structured::OutputSpec::Kind::Grammar,
+                    tool_choice_gbnf(*ctx.tool_format, req.chat_prompt.tools, req.tool_choice_function)};
+      constraint_field = "tool_choice";
+    }
     if (req.tool_choice == "auto" && has_tools && !ctx.tool_format) {
       throw bad_request(
           "\"auto\" tool choice requires the server to be started with --enable-auto-tool-choice "
@@ -134,6 +154,19 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
     if (has_tools && req.tool_choice != "none") sub.tool_format = ctx.tool_format;
     if (ctx.reasoning_format)
       sub.thinking = starts_thinking(*ctx.reasoning_format, req.chat_prompt.chat_template_kwargs);
+  }
+  // Compiled once for every choice (and cached across requests by spec).
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if (!constraint.empty()) {
+    // A reasoning model whose output starts in its think block closes it
+    // at once (no reasoning, as with thinking disabled): the constrained
+    // text is then all content, where the parsers look for it.
+    if (sub.thinking.value_or(false)) constraint.prefix = "</think>";
+    try {
+      grammar = ctx.engine.engine().grammar_compiler().compile(constraint);
+    } catch (const InputError& e) {
+      throw bad_request(constraint_field + ": " + e.what(), constraint_field);
+    }
   }
   for (size_t p = 0; p < prompts.size(); ++p) {
     const auto len = static_cast<int64_t>(prompts[p].size());
@@ -163,6 +196,7 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
     for (int c = 0; c < req.n; ++c) {
       SamplingParams params = req.sampling.for_choice(c);  // distinct choices, reproducible
       params.bad_words_token_ids = bad_words;
+      params.grammar = grammar;
       // DeepSeek writes its tool-call markers as special tokens: the
       // parser must see them (vLLM's tool parsers do the same).
       if (sub.tool_format) params.skip_special_tokens = false;

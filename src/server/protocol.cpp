@@ -187,13 +187,6 @@ void refuse_unimplemented(const Json& j, int n) {
     // best_of == n returns every candidate, which is plain sampling.
     if (best_of != n) throw f.error("best_of", "is not supported (only best_of equal to n)");
   }
-  if (f.has("response_format")) {
-    const Json& rf = j["response_format"];
-    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
-      throw f.error("response_format", "must be an object with a string type");
-    if (rf["type"] != "text")
-      throw f.error("response_format", "type " + rf["type"].dump() + " is not supported");
-  }
   if (f.has("suffix")) {
     if (!j["suffix"].is_string()) throw f.error("suffix", "must be a string");
     if (!j["suffix"].get<std::string>().empty()) throw f.error("suffix", "is not supported");
@@ -203,12 +196,94 @@ void refuse_unimplemented(const Json& j, int n) {
     f.boolean("use_beam_search", beam);
     if (beam) throw f.error("use_beam_search", "is not supported");
   }
-  // Constrained decoding (vLLM's guided_* and structured_outputs), and a
-  // template sent with the request (vLLM refuses one unless started with
-  // --trust-request-chat-template).
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                          "structured_outputs", "chat_template"}) {
-    if (f.has(key)) throw f.error(key, "is not supported");
+  // A template sent with the request (vLLM refuses one unless started
+  // with --trust-request-chat-template).
+  if (f.has("chat_template")) throw f.error("chat_template", "is not supported");
+}
+
+// A JSON schema given as an object (or boolean) or as JSON text.
+std::string schema_text(const Json& v, const std::string& field) {
+  if (v.is_object() || v.is_boolean()) return v.dump();
+  if (v.is_string()) return v.get<std::string>();
+  throw bad_request(field + " must be a JSON schema (an object)", field);
+}
+
+std::string choice_text(const Json& v, const std::string& field) {
+  if (!v.is_array() || v.empty())
+    throw bad_request(field + " must be a non-empty list of strings", field);
+  for (const auto& c : v)
+    if (!c.is_string()) throw bad_request(field + " must be a non-empty list of strings", field);
+  return v.dump();
+}
+
+std::string string_field(const Json& v, const std::string& field) {
+  if (!v.is_string() || v.get<std::string>().empty())
+    throw bad_request(field + " must be a non-empty string", field);
+  return v.get<std::string>();
+}
+
+// Structured outputs: OpenAI's response_format, vLLM's structured_outputs
+// and its older guided_json / guided_regex / guided_choice /
+// guided_grammar. At most one may constrain a request.
+void parse_structured_output(const Json& j, GenerationRequest& r) {
+  using Kind = structured::OutputSpec::Kind;
+  const Reader f(j);
+  auto set = [&](Kind kind, std::string value, const std::string& field) {
+    if (!r.structured_output.empty()) {
+      throw bad_request("only one output constraint may be given; got " + r.structured_field +
+                            " and " + field,
+                        field);
+    }
+    r.structured_output = {kind, std::move(value)};
+    r.structured_field = field;
+  };
+  if (f.has("response_format")) {
+    const Json& rf = j["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      throw f.error("response_format", "must be an object with a string type");
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "json_object") {
+      set(Kind::JsonObject, "", "response_format");
+    } else if (type == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+        throw f.error("response_format", "of type json_schema needs a json_schema object");
+      const Json& js = rf["json_schema"];
+      // OpenAI names the field "schema"; some clients send "json_schema".
+      const char* key = js.contains("schema") ? "schema" : "json_schema";
+      if (!js.contains(key))
+        throw bad_request("response_format.json_schema.schema is required",
+                          "response_format.json_schema.schema");
+      set(Kind::JsonSchema, schema_text(js[key], "response_format.json_schema.schema"),
+          "response_format");
+    } else if (type != "text") {
+      throw f.error("response_format", "type " + rf["type"].dump() +
+                                           " is not supported (text, json_object or json_schema)");
+    }
+  }
+  if (f.has("guided_json")) set(Kind::JsonSchema, schema_text(j["guided_json"], "guided_json"), "guided_json");
+  if (f.has("guided_regex")) set(Kind::Regex, string_field(j["guided_regex"], "guided_regex"), "guided_regex");
+  if (f.has("guided_choice"))
+    set(Kind::Choice, choice_text(j["guided_choice"], "guided_choice"), "guided_choice");
+  if (f.has("guided_grammar"))
+    set(Kind::Grammar, string_field(j["guided_grammar"], "guided_grammar"), "guided_grammar");
+  if (f.has("structured_outputs")) {
+    const Json& so = j["structured_outputs"];
+    if (!so.is_object()) throw f.error("structured_outputs", "must be an object");
+    for (const auto& [key, v] : so.items()) {
+      if (v.is_null()) continue;
+      const std::string field = "structured_outputs." + key;
+      if (key == "json") set(Kind::JsonSchema, schema_text(v, field), field);
+      else if (key == "regex") set(Kind::Regex, string_field(v, field), field);
+      else if (key == "choice") set(Kind::Choice, choice_text(v, field), field);
+      else if (key == "grammar") set(Kind::Grammar, string_field(v, field), field);
+      else if (key == "json_object") {
+        if (!v.is_boolean()) throw bad_request(field + " must be true or false", field);
+        if (v.get<bool>()) set(Kind::JsonObject, "", field);
+      } else {
+        throw bad_request(field + " is not supported (json, regex, choice, grammar or json_object)",
+                          field);
+      }
+    }
   }
 }
 
@@ -285,6 +360,7 @@ void parse_common(const Json& j, GenerationRequest& r) {
   if (r.stream && r.prompt_logprobs > 0)
     throw f.error("prompt_logprobs", "is not available with stream: true");
   refuse_unimplemented(j, r.n);
+  parse_structured_output(j, r);
 }
 
 // Names the field a parse error happened in, as a dotted path of object
@@ -497,12 +573,17 @@ GenerationRequest parse_chat_request(const std::string& body) {
     const Json& tc = j["tool_choice"];
     if (tc == "none" || tc == "auto") {
       r.tool_choice = tc.get<std::string>();
-    } else if (tc == "required" || tc.is_object()) {
-      // Forcing a call needs constrained decoding (issue 21, item 3):
-      // refused rather than answered with a call the model may not make.
-      throw f.error("tool_choice", std::string(tc.is_object() ? "naming a function" : "\"required\"") +
-                                       " is not supported yet (it needs constrained decoding); use "
-                                       "\"auto\" or \"none\"");
+    } else if (tc == "required") {
+      r.tool_choice = "required";
+    } else if (tc.is_object()) {
+      if (!tc.contains("type") || tc["type"] != "function" || !tc.contains("function") ||
+          !tc["function"].is_object() || !tc["function"].contains("name") ||
+          !tc["function"]["name"].is_string()) {
+        throw f.error("tool_choice",
+                      "naming a function must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      }
+      r.tool_choice = "function";
+      r.tool_choice_function = tc["function"]["name"].get<std::string>();
     } else {
       throw f.error("tool_choice",
                     "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "structured/output_spec.h"
 
 namespace pagoda::server {
 
@@ -49,10 +50,16 @@ struct GenerationRequest {
   // vLLM's bad_words, tokenized into sampling.bad_words_token_ids at
   // submission (the tokenizer lives with the engine).
   std::vector<std::string> bad_words;
-  // Chat: "none", "auto" or "" (not given; "auto" when tools are given,
-  // as vLLM). "required" and named functions need constrained decoding
-  // and are refused for now.
+  // Chat: "none", "auto", "required", "function" (a named function:
+  // tool_choice_function) or "" (not given; "auto" when tools are given,
+  // as vLLM). "required" and "function" are enforced by constraining the
+  // output to the tool-call format (server/tool_choice_grammar.h).
   std::string tool_choice;
+  std::string tool_choice_function;
+  // Structured outputs (response_format, structured_outputs, guided_*),
+  // compiled at submission; structured_field names the field it came from.
+  structured::OutputSpec structured_output;
+  std::string structured_field;
   SamplingParams sampling;  // max_tokens filled in later
 };
 

@@ -81,12 +81,25 @@ std::optional<ParsedToolCall> parse_deepseek_v31(std::string_view body) {
   return ParsedToolCall{std::string(name), std::move(*args)};
 }
 
-const ToolCallFormat kHermes{"", "", "<tool_call>", "</tool_call>", parse_hermes};
+// The grammars of a call's body, as the templates write them (compact
+// JSON arguments, which the parsers read like any other).
+std::string hermes_call(const std::string& name, const std::string& args) {
+  return R"("\n{\"name\":\"" )" + name + R"( "\",\"arguments\":" )" + args + R"( "}\n")";
+}
+std::string deepseek_v3_call(const std::string& name, const std::string& args) {
+  return R"("function<｜tool▁sep｜>" )" + name + R"( "\n```json\n" )" + args + R"( "\n```")";
+}
+std::string deepseek_v31_call(const std::string& name, const std::string& args) {
+  return name + R"( "<｜tool▁sep｜>" )" + args;
+}
+
+const ToolCallFormat kHermes{"", "", "<tool_call>", "</tool_call>", parse_hermes, hermes_call};
 const ToolCallFormat kDeepSeekV3{"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
-                                 "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", parse_deepseek_v3};
+                                 "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", parse_deepseek_v3,
+                                 deepseek_v3_call};
 const ToolCallFormat kDeepSeekV31{"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
                                   "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
-                                  parse_deepseek_v31};
+                                  parse_deepseek_v31, deepseek_v31_call};
 
 }  // namespace
 

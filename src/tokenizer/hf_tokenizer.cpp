@@ -3,6 +3,7 @@
 // special-token settings of tokenizer_config.json.
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "tokenizer/bpe_model.h"
+#include "tokenizer/byte_level.h"
 #include "tokenizer/text_pipeline.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -74,6 +76,7 @@ class HfTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return vocab_size_; }
   std::optional<int32_t> token_to_id(std::string_view token) const override;
   std::string id_to_token(int32_t id) const override;
+  std::string token_bytes(int32_t id) const override;
   bool is_special(int32_t id) const override {
     const auto it = added_by_id_.find(id);
     return it != added_by_id_.end() && it->second->special;
@@ -102,7 +105,19 @@ class HfTokenizer final : public Tokenizer {
   std::optional<int32_t> bos_id_, eos_id_;
   std::string bos_token_, eos_token_, chat_template_;
   bool clean_up_tokenization_spaces_ = false;
+  bool byte_level_decoder_ = false;  // the decoder unmaps GPT-2's byte characters
 };
+
+// Whether a decoder description (or a part of its Sequence) is ByteLevel.
+bool has_byte_level_decoder(const json& d) {
+  if (!d.is_object()) return false;
+  if (d.value("type", "") == "ByteLevel") return true;
+  if (d.contains("decoders") && d["decoders"].is_array()) {
+    for (const auto& p : d["decoders"])
+      if (has_byte_level_decoder(p)) return true;
+  }
+  return false;
+}
 
 HfTokenizer::HfTokenizer(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -116,6 +131,7 @@ HfTokenizer::HfTokenizer(const std::string& dir) {
     normalizer_ = make_normalizer(j.value("normalizer", json()), path);
     pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", json()), path);
     decoder_ = make_decoder(j.value("decoder", json()), path);
+    byte_level_decoder_ = has_byte_level_decoder(j.value("decoder", json()));
   } catch (const json::exception& e) {
     throw_input_error("{}: malformed tokenizer: {}", path, e.what());
   }
@@ -216,6 +232,24 @@ std::optional<int32_t> HfTokenizer::token_to_id(std::string_view token) const {
   const auto it = added_by_content_.find(std::string(token));
   if (it != added_by_content_.end()) return it->second;
   return model_->token_to_id(token);
+}
+
+std::string HfTokenizer::token_bytes(int32_t id) const {
+  const auto added = added_by_id_.find(id);
+  if (added != added_by_id_.end()) return added->second->content;
+  const std::string* t = model_->id_to_token(id);
+  if (!t) return "";
+  if (byte_level_decoder_) return byte_level::decode(*t);
+  unsigned value;
+  if (t->size() == 6 && t->compare(0, 3, "<0x") == 0 && (*t)[5] == '>' &&
+      std::sscanf(t->c_str() + 3, "%2X", &value) == 1) {
+    return std::string(1, static_cast<char>(value));
+  }
+  std::string out = *t;
+  static const std::string kMetaspace = "\xE2\x96\x81";  // U+2581
+  for (size_t i = 0; (i = out.find(kMetaspace, i)) != std::string::npos; ++i)
+    out.replace(i, kMetaspace.size(), " ");
+  return out;
 }
 
 std::string HfTokenizer::id_to_token(int32_t id) const {

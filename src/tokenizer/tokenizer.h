@@ -34,6 +34,11 @@ class Tokenizer {
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
   virtual std::string id_to_token(int32_t id) const = 0;  // raw vocab string
   virtual bool is_special(int32_t id) const = 0;
+  // The bytes this token adds to decoded text, before any UTF-8 repair
+  // (byte-level BPE unmapped, SentencePiece's "\u2581" as a space and
+  // <0xNN> as the byte NN); an added token's content; "" for an unused id.
+  // Constrained decoding matches grammars against these.
+  virtual std::string token_bytes(int32_t id) const = 0;
 
   virtual std::optional<int32_t> bos_token_id() const = 0;
   virtual std::optional<int32_t> eos_token_id() const = 0;

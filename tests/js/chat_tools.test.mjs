@@ -132,12 +132,13 @@ test("tool_choice none, and no tools: output is not parsed for calls", async () 
   }
 });
 
-test("tool_choice required or a named function: a clear 400 until constrained decoding", async () => {
+// (Enforced calls on a server with a parser: structured_outputs.test.mjs.)
+test("tool_choice required or a named function without a tool-call parser: a clear 400", async () => {
   for (const tool_choice of ["required", { type: "function", function: { name: "get_weather" } }]) {
-    const r = await post(server.url, "/v1/chat/completions", { messages, tools, tool_choice });
+    const r = await post(plain.url, "/v1/chat/completions", { messages, tools, tool_choice });
     assert.equal(r.status, 400);
     assert.equal(r.json.error.param, "tool_choice");
-    assert.match(r.json.error.message, /not supported yet/);
+    assert.match(r.json.error.message, /--tool-call-parser/);
   }
   // "auto" on a server started without a tool-call parser, as vLLM.
   const r = await post(plain.url, "/v1/chat/completions", { messages, tools, tool_choice: "auto" });

@@ -150,18 +150,18 @@ TEST(Protocol, UnimplementedOutputChangingFieldsAreRefused) {
   EXPECT_EQ(rejected_param(completion_with("best_of", "2")), "best_of");
   EXPECT_EQ(rejected_param(completion_with("n", "2").insert(1, R"("best_of": 2, )")),
             "<accepted>");  // best_of == n changes nothing
-  EXPECT_EQ(rejected_param(chat_with("response_format", R"({"type": "json_object"})"), true),
-            "response_format");
   EXPECT_EQ(rejected_param(chat_with("response_format", R"("json")"), true), "response_format");
   EXPECT_EQ(rejected_param(chat_with("response_format", R"({"type": "text"})"), true),
             "<accepted>");
   EXPECT_EQ(rejected_param(completion_with("suffix", R"("end")")), "suffix");
   EXPECT_EQ(rejected_param(completion_with("use_beam_search", "true")), "use_beam_search");
-  EXPECT_EQ(rejected_param(chat_with("guided_json", R"({"type": "object"})"), true), "guided_json");
   EXPECT_EQ(rejected_param(chat_with("chat_template", R"("{{ 1 }}")"), true), "chat_template");
-  EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("required")"), true), "tool_choice");
-  EXPECT_EQ(rejected_param(chat_with("tool_choice", R"({"type": "function", "function": {"name": "f"}})"), true),
-            "tool_choice");
+  EXPECT_EQ(rejected_param(chat_with("tool_choice", R"({"type": "function"})"), true), "tool_choice");
+  EXPECT_EQ(parse_chat_request(chat_with("tool_choice", R"("required")")).tool_choice, "required");
+  const GenerationRequest named =
+      parse_chat_request(chat_with("tool_choice", R"({"type": "function", "function": {"name": "f"}})"));
+  EXPECT_EQ(named.tool_choice, "function");
+  EXPECT_EQ(named.tool_choice_function, "f");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("sometimes")"), true), "tool_choice");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", "3"), true), "tool_choice");
   EXPECT_EQ(rejected_param(chat_with("tool_choice", R"("auto")"), true), "<accepted>");
@@ -315,6 +315,49 @@ TEST(Protocol, ToolsAndToolCallsHaveTheirShapes) {
                           R"([{"function": {"name": "f", "arguments": 3}}])"}) {
     EXPECT_EQ(rejected_param(with_calls(bad), true), "messages") << bad;
   }
+}
+
+}  // namespace
+}  // namespace pagoda::server
+
+namespace pagoda::server {
+namespace {
+
+// Structured outputs: each form reaches the request as its spec, and at
+// most one may be given; malformed forms are a 400 naming the field.
+TEST(Protocol, StructuredOutputForms) {
+  using Kind = structured::OutputSpec::Kind;
+  struct Form {
+    const char* field;
+    const char* value;
+    Kind kind;
+    const char* spec;
+  };
+  for (const Form& f : std::vector<Form>{
+           {"response_format", R"({"type": "json_object"})", Kind::JsonObject, ""},
+           {"response_format", R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}, "strict": true}})",
+            Kind::JsonSchema, R"({"type":"integer"})"},
+           {"guided_json", R"({"type": "string"})", Kind::JsonSchema, R"({"type":"string"})"},
+           {"guided_regex", R"("[a-z]+")", Kind::Regex, "[a-z]+"},
+           {"guided_choice", R"(["a", "b"])", Kind::Choice, R"(["a","b"])"},
+           {"guided_grammar", R"("root ::= \"x\"")", Kind::Grammar, R"(root ::= "x")"},
+           {"structured_outputs", R"({"json": {"type": "null"}})", Kind::JsonSchema, R"({"type":"null"})"},
+           {"structured_outputs", R"({"regex": "a|b"})", Kind::Regex, "a|b"},
+           {"structured_outputs", R"({"choice": ["x"]})", Kind::Choice, R"(["x"])"},
+           {"structured_outputs", R"({"json_object": true})", Kind::JsonObject, ""}}) {
+    const GenerationRequest r = parse_chat_request(chat_with(f.field, f.value));
+    EXPECT_EQ(r.structured_output.kind, f.kind) << f.field << " " << f.value;
+    EXPECT_EQ(r.structured_output.value, f.spec) << f.field << " " << f.value;
+    EXPECT_EQ(parse_completion_request(completion_with(f.field, f.value)).structured_output.kind, f.kind);
+  }
+  EXPECT_TRUE(parse_chat_request(chat_with("response_format", R"({"type": "text"})")).structured_output.empty());
+  EXPECT_EQ(rejected_param(chat_with("response_format", R"({"type": "json_schema"})"), true), "response_format");
+  EXPECT_EQ(rejected_param(chat_with("response_format", R"({"type": "structural_tag"})"), true), "response_format");
+  EXPECT_EQ(rejected_param(chat_with("guided_choice", "[]"), true), "guided_choice");
+  EXPECT_EQ(rejected_param(chat_with("guided_regex", "3"), true), "guided_regex");
+  EXPECT_EQ(rejected_param(chat_with("structured_outputs", R"({"xml": "x"})"), true), "structured_outputs.xml");
+  EXPECT_EQ(rejected_param(chat_with("guided_regex", R"("a")").insert(1, R"("guided_choice": ["a"], )"), true),
+            "guided_choice");
 }
 
 }  // namespace
