@@ -125,7 +125,8 @@ PAGODA_AVX512 __attribute__((flatten)) double bf16_widen_avx512(int64_t iters) {
   const __m512 x = _mm512_set1_ps(1e-3f);
   const float sum = run_chains<__m512>(iters / kWidenRows, [&](__m512& acc) PAGODA_AVX512 {
     opaque(w);
-    const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    // maskz: GCC 12's unmasked form trips -Wmaybe-uninitialized (vec_avx512.h).
+    const __m512 even = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16));
 #pragma GCC unroll 4
     for (int r = 0; r < kWidenRows; ++r) acc = _mm512_fmadd_ps(x, even, acc);
   });
@@ -176,33 +177,48 @@ PAGODA_AVXVNNI __attribute__((flatten)) double int8_vnni_avx2(int64_t iters) {
   return sum != 1 ? 2.0 * 32 * kChains * static_cast<double>(iters) : -1;
 }
 
-// ---- Scalar (whatever the compiler makes of baseline x86-64 code, as for
-// the scalar kernels) --------------------------------------------------------
+// ---- Scalar: the scalar kernels' code, which the compiler vectorizes for
+// baseline x86-64 (SSE2): 4-lane generic vectors of multiplies and adds
+// (vec_scalar.h), and the int8 kernels' plain dot-product loop.
+typedef float Lanes4 __attribute__((vector_size(16)));
+
 double fp32_scalar(int64_t iters) {
-  float acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = static_cast<float>(c);
-  float a = 0.999f;
+  Lanes4 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = Lanes4{} + static_cast<float>(c);
+  Lanes4 a = Lanes4{} + 0.999f;
   for (int64_t i = 0; i < iters; ++i) {
     opaque(a);
-    for (float& x : acc) x = x * a + 1e-3f;
+    for (Lanes4& x : acc) x = x * a + 1e-3f;
   }
   float s = 0;
-  for (float x : acc) s += x;
-  return s != 0.0f ? 2.0 * kChains * static_cast<double>(iters) : -1;
+  for (const Lanes4& x : acc) s += x[0] + x[1] + x[2] + x[3];
+  return s != 0.0f ? 2.0 * 4 * kChains * static_cast<double>(iters) : -1;
+}
+
+// The dot of two int8 rows of kDotBytes (in L1), as quant_scalar.cpp's
+// dot_tile loop; `iters` counts kDotBytes / 64 of them.
+constexpr int kDotBytes = 256;
+
+__attribute__((noinline)) int32_t int8_dot_scalar(const int8_t* x, const int8_t* w) {
+  int32_t s = 0;
+  for (int i = 0; i < kDotBytes; ++i) s += int32_t{x[i]} * int32_t{w[i]};
+  return s;
 }
 
 double int8_scalar(int64_t iters) {
-  int32_t acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = c;
-  int32_t x = 3;
-  for (int64_t i = 0; i < iters; ++i) {
-    __asm__ volatile("" : "+r"(x));
-    // Wrapping is fine (unsigned), only the work counts.
-    for (int32_t& v : acc) v = static_cast<int32_t>(static_cast<uint32_t>(v) * 3u + x);
+  int8_t x[kDotBytes], w[kDotBytes];
+  for (int i = 0; i < kDotBytes; ++i) {
+    x[i] = static_cast<int8_t>(i % 7 - 3);
+    w[i] = static_cast<int8_t>(i % 5 - 2);
   }
   int64_t s = 0;
-  for (int32_t v : acc) s += v;
-  return s != 1 ? 2.0 * kChains * static_cast<double>(iters) : -1;
+  const int64_t dots = iters * 64 / kDotBytes + 1;
+  for (int64_t i = 0; i < dots; ++i) {
+    int8_t* p = x;
+    __asm__ volatile("" : "+r"(p)::"memory");  // a new dot each time
+    s += int8_dot_scalar(p, w);
+  }
+  return s != 1 ? 2.0 * kDotBytes * static_cast<double>(dots) : -1;
 }
 
 PAGODA_AVX512 float read_sum_avx512(const float* x, int64_t n) {
