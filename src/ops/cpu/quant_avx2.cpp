@@ -1,6 +1,9 @@
-// Int8 kernels for AVX2. vpmaddubsw multiplies unsigned by signed bytes and
-// saturates pair sums to int16, so it gets |w| and sign(w) * x: each pair
-// sum is at most 2 * 127 * 127 < 32767 and the result stays exact.
+// Int8 kernels for AVX2, and for AVX2 + AVX-VNNI (Isa::Avx2Vnni), row-major
+// and packed (ops/packed.h). vpmaddubsw multiplies unsigned by signed bytes
+// and saturates pair sums to int16, so it gets |w| and sign(w) * x: each
+// pair sum is at most 2 * 127 * 127 < 32767 and the result stays exact.
+// AVX-VNNI's vpdpbusd takes x + 128 and w, as the AVX-512 VNNI kernels. All
+// compute exact integer dots, so every variant gives the same bits.
 #include <cpuid.h>
 #include <immintrin.h>
 
