@@ -1,5 +1,5 @@
 // Micro-benchmark of ops::linear: GFLOP/s per ISA for decode (m = 1) and a
-// batch (m = 32, 64, 512), f32, bf16, packed bf16 and packed int8 weights,
+// batch (m = 32, 64, 512), f32, bf16, packed bf16, int8 and packed int8 weights,
 // each next to its percentage of the peak the kernel runs at (the
 // selected ISA's probe, ops/roofline.h, measured just before).
 // Not wired into CMake; build against a build tree's libraries, e.g.
@@ -101,17 +101,18 @@ int main(int argc, char** argv) {
   for (ops::Isa isa : ops::supported_isas()) {
     if (!only.empty() && only != ops::isa_name(isa)) continue;
     ops::set_isa(isa);
-    for (const char* kind : {"f32", "bf16", "bf16p", "i8p"}) {
+    for (const char* kind : {"f32", "bf16", "bf16p", "i8", "i8p"}) {
       const std::string name = kind;
       if (name == "bf16p" && !ops::packed_bf16_is_native()) continue;
       if (name == "i8p" && !ops::packed_i8_is_native()) continue;
       ops::Matrix w{name == "f32" ? static_cast<const void*>(wf.data()) : wb.data(),
                     name == "f32" ? DType::F32 : DType::BF16, n, k};
       if (name == "bf16p") w = ops::pack_matrix(w, panels);
+      if (name == "i8") w = q;
       if (name == "i8p") w = repack_int8(q, aligned(qp_bytes));
-      const ops::PeakKind peak_kind = name == "f32"    ? ops::PeakKind::Fp32Fma
-                                      : name == "i8p" ? ops::PeakKind::Int8Dot
-                                                      : ops::PeakKind::Bf16Dot;
+      const ops::PeakKind peak_kind = name == "f32"     ? ops::PeakKind::Fp32Fma
+                                      : name[0] == 'i' ? ops::PeakKind::Int8Dot
+                                                       : ops::PeakKind::Bf16Dot;
       const double peak = peak_gflops(ops::PeakKind::Fp32Fma);
       const double kind_peak = peak_gflops(peak_kind);
       for (int64_t m : {1, 32, 64, 512}) {

@@ -34,7 +34,9 @@ TEST_P(Roofline, ProbesAreTheSelectedKernelsInstructions) {
   // widening FMA path elsewhere (scalar: plain multiply-adds).
   const bool native_bf16 = cpu::active_kernels().linear_bf16_dot != nullptr;
   EXPECT_EQ(contains(bf16, "vdpbf16ps"), native_bf16) << bf16;
-  if (!native_bf16 && isa != Isa::Scalar) EXPECT_TRUE(contains(bf16, "widen")) << bf16;
+  if (!native_bf16 && isa != Isa::Scalar) {
+    EXPECT_TRUE(contains(bf16, "widen")) << bf16;
+  }
   // int8: the instruction of the quant kernels this selection runs.
   const std::string kernels = int8_kernel_name();
   if (kernels == "avx512-vnni") {

@@ -55,11 +55,14 @@ PAGODA_AVX2 float hsum(const __m256& v) {
   return s;
 }
 
-PAGODA_AVX2 int64_t hsum(const __m256i& v) {
-  alignas(32) int32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+// The 256-bit int8 chains as GCC's plain vector type: __m256i is
+// may_alias, and GCC 12 then kept some of the chains in memory (a store
+// per step, which capped the probe below the kernels).
+typedef int32_t Int32x8 __attribute__((vector_size(32)));
+
+PAGODA_AVX2 int64_t hsum(const Int32x8& v) {
   int64_t s = 0;
-  for (int32_t x : lanes) s += x;
+  for (int i = 0; i < 8; ++i) s += v[i];
   return s;
 }
 
@@ -69,9 +72,9 @@ PAGODA_AVX512 void chain_start(__m512i& x, int c) { x = _mm512_set1_epi32(c); }
 PAGODA_AVX512 void chain_fold(__m512& s, const __m512& x) { s = _mm512_add_ps(s, x); }
 PAGODA_AVX512 void chain_fold(__m512i& s, const __m512i& x) { s = _mm512_add_epi32(s, x); }
 PAGODA_AVX2 void chain_start(__m256& x, int c) { x = _mm256_set1_ps(static_cast<float>(c)); }
-PAGODA_AVX2 void chain_start(__m256i& x, int c) { x = _mm256_set1_epi32(c); }
+PAGODA_AVX2 void chain_start(Int32x8& x, int c) { x = Int32x8{} + c; }
 PAGODA_AVX2 void chain_fold(__m256& s, const __m256& x) { s = _mm256_add_ps(s, x); }
-PAGODA_AVX2 void chain_fold(__m256i& s, const __m256i& x) { s = _mm256_add_epi32(s, x); }
+PAGODA_AVX2 void chain_fold(Int32x8& s, const Int32x8& x) { s += x; }
 
 // kChains accumulators of type Acc, each advanced `iters` times by
 // step(acc); returns the horizontal sum of them all (used, so that the
@@ -80,17 +83,22 @@ PAGODA_AVX2 void chain_fold(__m256i& s, const __m256i& x) { s = _mm256_add_epi32
 // that everything inlines into their ISA-targeted body instead of being
 // called once per instruction. Vectors go by reference, as a by-value one
 // in untargeted code changes the ABI.
-template <class Acc, class Step>
+// Chains: kChains, or fewer where registers are short.
+template <class Acc, int Chains = kChains, class Step>
 inline auto run_chains(int64_t iters, Step step) {
-  Acc acc[kChains];
-  for (int c = 0; c < kChains; ++c) chain_start(acc[c], c);
+  Acc acc[Chains];
+  for (int c = 0; c < Chains; ++c) chain_start(acc[c], c);
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) step(acc[c]);
+    for (int c = 0; c < Chains; ++c) step(acc[c]);
   }
-  for (int c = 1; c < kChains; ++c) chain_fold(acc[0], acc[c]);
+  for (int c = 1; c < Chains; ++c) chain_fold(acc[0], acc[c]);
   return hsum(acc[0]);
 }
+
+// 10: the vpmaddubsw probe's 3 constants and a temporary leave no room
+// for 12 chains in 16 ymm registers.
+constexpr int kInt8Ymm = 10;
 
 // ---- AVX-512 -------------------------------------------------------------
 PAGODA_AVX512 __attribute__((flatten)) double fp32_avx512(int64_t iters) {
@@ -162,19 +170,20 @@ PAGODA_AVX2 __attribute__((flatten)) double int8_maddubs_avx2(int64_t iters) {
   __m256i x = _mm256_set1_epi8(3);
   const __m256i w = _mm256_set1_epi8(-2), abs_w = _mm256_abs_epi8(w);
   const __m256i ones = _mm256_set1_epi16(1);
-  const int64_t sum = run_chains<__m256i>(iters, [&](__m256i& acc) PAGODA_AVX2 {
+  const int64_t sum = run_chains<Int32x8, kInt8Ymm>(iters, [&](Int32x8& acc) PAGODA_AVX2 {
     opaque(x);
     const __m256i p16 = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(x, w));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, ones));
+    acc += (Int32x8)_mm256_madd_epi16(p16, ones);
   });
-  return sum != 1 ? 2.0 * 32 * kChains * static_cast<double>(iters) : -1;
+  return sum != 1 ? 2.0 * 32 * kInt8Ymm * static_cast<double>(iters) : -1;
 }
 
 PAGODA_AVXVNNI __attribute__((flatten)) double int8_vnni_avx2(int64_t iters) {
   const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-1);
-  const int64_t sum = run_chains<__m256i>(
-      iters, [&](__m256i& x) PAGODA_AVXVNNI { x = _mm256_dpbusd_avx_epi32(x, a, b); });
-  return sum != 1 ? 2.0 * 32 * kChains * static_cast<double>(iters) : -1;
+  const int64_t sum = run_chains<Int32x8, kInt8Ymm>(iters, [&](Int32x8& x) PAGODA_AVXVNNI {
+    x = (Int32x8)_mm256_dpbusd_avx_epi32((__m256i)x, a, b);
+  });
+  return sum != 1 ? 2.0 * 32 * kInt8Ymm * static_cast<double>(iters) : -1;
 }
 
 // ---- Scalar: the scalar kernels' code, which the compiler vectorizes for
