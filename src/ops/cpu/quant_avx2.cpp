@@ -183,6 +183,8 @@ namespace pagoda::ops::quant_avx2_packed {
 // summed to int32 by vpmaddwd; |w| is taken once per weight vector.
 struct MaddubsDot {
   static constexpr int32_t kOffset = 0;  // x is used as stored
+  // 4 x 2 accumulators + 2 x (w, |w|) + a broadcast row, a product, ones.
+  static constexpr int kRows = 4;
   struct Weights {
     __m256i w, abs_w;
   };
@@ -206,6 +208,8 @@ struct MaddubsDot {
 // vpdpbusd on x + 128 (unsigned) and w; 128 * row_sums comes off at the end.
 struct VnniDot {
   static constexpr int32_t kOffset = 128;
+  // 6 x 2 accumulators + 2 weight vectors + a broadcast row.
+  static constexpr int kRows = 6;
   struct Weights {
     __m256i w;
   };
@@ -281,15 +285,16 @@ inline void panel_rows(int64_t rows, const int8_t* x, int64_t k, const int8_t* p
   }
 }
 
-// Rows per tile and vectors per pass: 4 x 2 accumulators leave room for
-// the weights (and |w|) and a broadcast row.
-constexpr int kPanelRows = 4, kPanelTileVectors = 2;
+// Vectors per pass of a tile of Dot::kRows rows (at most kMaxPanelRows).
+constexpr int kPanelTileVectors = 2, kMaxPanelRows = 6;
 
 template <class Dot>
 inline void linear_i8_packed(const int8_t* qx, const float* x_scales, int64_t m, const int8_t* w,
                              const float* w_scales, const int32_t* row_sums, int64_t k, int64_t n,
                              int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1) {
-  alignas(32) int32_t dots[kPanelRows][kPanelCols];
+  constexpr int kPanelRows = Dot::kRows;
+  static_assert(kPanelRows <= kMaxPanelRows);
+  alignas(32) int32_t dots[kMaxPanelRows][kPanelCols];
   for (int64_t p = p0; p < p1; ++p) {
     const int8_t* panel = w + p * k * kPanelCols;
     const int64_t c0 = p * kPanelCols, cols = n - c0 < kPanelCols ? n - c0 : kPanelCols;
