@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "engine/llm_engine.h"
 #include "ops/roofline.h"
 
 namespace pagoda::cli {
@@ -46,5 +47,24 @@ bool restart_peak_rss();
 double median(std::vector<double> v);
 
 nlohmann::json roofline_json(const ops::Roofline& r);
+
+// FLOPs of one token through a dense Llama-style model: every layer matrix
+// once (2 per weight) and attention over `keys` keys per layer (q.k and
+// p.v, 2 FLOPs each per q element), plus `lm_head_rows` rows of the LM head.
+double token_flops(const ModelConfig& c, double keys, double lm_head_rows);
+// A prompt token sees (input_len + 1) / 2 keys on average; the LM head runs
+// once per prompt.
+double prefill_flops_per_token(const ModelConfig& c, int input_len);
+
+// The peak the engine's linears run at (ops/roofline.h, for the selected
+// ISA): int8 dot products for --quantization int8, the bf16 linears' (a
+// native bf16 dot product, or bf16 widened to f32 + FMA) for bf16 weights,
+// else f32 FMA.
+struct LinearPeak {
+  double gflops = 0;
+  const char* kind = "";   // "int8", "bf16", "fp32"
+  const char* probe = "";  // the instruction mix measured
+};
+LinearPeak linear_peak(const ops::Roofline& roof, const LLMEngine& engine);
 
 }  // namespace pagoda::cli

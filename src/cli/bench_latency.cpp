@@ -149,34 +149,6 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   return r;
 }
 
-// FLOPs of one token through the model: every layer matrix once (2 per
-// weight) and attention over `keys` keys per layer (q.k and p.v, 2 FLOPs
-// each per q element), plus `lm_head_rows` rows of the LM head.
-double token_flops(const ModelConfig& c, double keys, double lm_head_rows) {
-  const double h = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
-  const double q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
-  const double layer_weights = h * (q + 2 * kv) + q * h + 3 * h * inter;
-  return c.num_hidden_layers * (2 * layer_weights + 4 * q * keys) +
-         2.0 * c.vocab_size * h * lm_head_rows;
-}
-
-// A prompt token sees (input_len + 1) / 2 keys on average; the LM head runs
-// once per prompt.
-double prefill_flops_per_token(const ModelConfig& c, int input_len) {
-  return token_flops(c, (input_len + 1) / 2.0, 1.0 / input_len);
-}
-
-// The peak the linears of these weights run at: int8 dot products for
-// --quantization int8, bf16 ones for bf16 weights on CPUs with avx512_bf16
-// (the other ISAs widen them to f32), else f32 FMAs.
-double linear_peak_gflops(const ops::Roofline& roof, const LLMEngine& engine,
-                          Quantization quantization) {
-  if (quantization == Quantization::Int8) return roof.int8_gops;
-  const bool bf16_dot =
-      engine.model().weight_dtype() == DType::BF16 && ops::current_isa() == ops::Isa::Avx512Bf16;
-  return bf16_dot ? roof.bf16_gflops : roof.fp32_gflops;
-}
-
 // KV bytes a decode token reads at a mean context that may be fractional,
 // interpolated between the whole lengths around it (exact for caches read
 // in full, which grow linearly).
@@ -326,20 +298,28 @@ int run_latency(LatencyArgs& a) {
   // The decode roofline is the larger of the step's time at the read
   // bandwidth and its time at the linears' peak.
   double decode_roof_ms = 0, decode_memory_ms = 0, decode_compute_ms = 0;
-  double prefill_roof_bf16 = 0, prefill_roof_fp32 = 0;
+  double prefill_roof_bf16 = 0, prefill_roof_fp32 = 0, prefill_roof_linear = 0;
+  const LinearPeak peak = linear_peak(roof, engine);
   if (!a.no_roofline) {
     decode_memory_ms = step_bytes / (roof.read_gb_per_s * 1e9) * 1e3;
     // token_flops models dense Llama-style layers only: with --context-len
     // (meant for any model, DeepSeek's MLA and MoE included) the decode is
     // judged by its bytes alone, as a batch-1 decode is bound.
-    decode_compute_ms =
-        with_context
-            ? 0
-            : step_flops / (linear_peak_gflops(roof, engine, a.engine.quantization) * 1e9) * 1e3;
+    decode_compute_ms = with_context ? 0 : step_flops / (peak.gflops * 1e9) * 1e3;
     decode_roof_ms = std::max(decode_memory_ms, decode_compute_ms);
     prefill_roof_bf16 = roof.bf16_gflops * 1e9 / flops_per_token;
     prefill_roof_fp32 = roof.fp32_gflops * 1e9 / flops_per_token;
+    prefill_roof_linear = peak.gflops * 1e9 / flops_per_token;
     j["roofline"] = roofline_json(roof);
+    // The peak the linears of these weights run at, and its instructions.
+    j["linear_peak"] = peak.kind;
+    j["linear_peak_probe"] = peak.probe;
+    j["prefill_roofline_tokens_per_s"] = prefill_roof_linear;
+    j["prefill_fraction_of_linear_peak"] = med_prefill / prefill_roof_linear;
+    // Decode's FLOPs over its time, against the same peak (what a batched
+    // decode, bound by arithmetic, is judged by).
+    j["decode_fraction_of_linear_peak"] =
+        if_decoded(med_step_ms > 0 ? decode_compute_ms / med_step_ms : 0);
     j["decode_roofline_ms_per_step"] = decode_roof_ms;
     j["decode_bandwidth_ms_per_step"] = decode_memory_ms;
     j["decode_compute_ms_per_step"] = decode_compute_ms;
@@ -370,6 +350,8 @@ int run_latency(LatencyArgs& a) {
     // time of one decode-like step.
     for (const char* k : {"prefill_tokens_per_s", "prefill_flops_per_token",
                           "prefill_roofline_tokens_per_s_bf16", "prefill_fraction_of_bf16_peak",
+                          "prefill_roofline_tokens_per_s", "prefill_fraction_of_linear_peak",
+                          "decode_fraction_of_linear_peak",
                           "prefill_fraction_of_fp32_peak", "prefill_tokens_per_s_runs",
                           "decode_flops_per_step"}) {
       j.erase(k);
@@ -432,8 +414,11 @@ int run_latency(LatencyArgs& a) {
     std::printf("decode:  not measured (no decode step with --output-len 1)\n");
   }
   if (!a.no_roofline) {
-    std::printf("roofline: read %.1f GB/s, fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s, int8 %.0f GOP/s\n",
-                roof.read_gb_per_s, roof.fp32_gflops, roof.bf16_gflops, roof.int8_gops);
+    std::printf(
+        "roofline (%s kernels): read %.1f GB/s, fp32 %.0f GFLOP/s (%s), bf16 %.0f GFLOP/s (%s), "
+        "int8 %.0f GOP/s (%s)\n",
+        ops::isa_name(roof.isa), roof.read_gb_per_s, roof.fp32_gflops, roof.fp32_probe,
+        roof.bf16_gflops, roof.bf16_probe, roof.int8_gops, roof.int8_probe);
     if (decoded && with_context) {
       std::printf("decode at %.1f%% of the bandwidth roofline (bytes at the read bandwidth %.2f "
                   "ms/step)\n",
@@ -445,11 +430,16 @@ int run_latency(LatencyArgs& a) {
           100 * decode_roof_ms / med_step_ms, decode_roof_ms,
           decode_memory_ms >= decode_compute_ms ? "bandwidth" : "compute", decode_memory_ms,
           decode_compute_ms);
+      std::printf("decode at %.1f%% of the %s peak (%.0f G/s), %.1f%% of the read bandwidth\n",
+                  100 * decode_compute_ms / med_step_ms, peak.kind, peak.gflops,
+                  100 * decode_memory_ms / med_step_ms);
     }
     if (!with_context) {
-      std::printf("prefill at %.1f%% of bf16 peak (%.0f tokens/s), %.1f%% of fp32 peak\n",
-                  100 * med_prefill / prefill_roof_bf16, prefill_roof_bf16,
-                  100 * med_prefill / prefill_roof_fp32);
+      std::printf(
+          "prefill at %.1f%% of the %s peak (%.0f tokens/s; %.1f%% of bf16 peak, %.1f%% of fp32 "
+          "peak)\n",
+          100 * med_prefill / prefill_roof_linear, peak.kind, prefill_roof_linear,
+          100 * med_prefill / prefill_roof_bf16, 100 * med_prefill / prefill_roof_fp32);
     }
   }
   if (a.engine.speculative_config) {

@@ -1,11 +1,13 @@
 // `pagoda bench roofline`: the machine's limits measured with our own
-// loops (read bandwidth, peak f32 / bf16 / int8 throughput), on one thread
-// and on all kernel threads.
+// loops (read bandwidth, peak f32 / bf16 / int8 throughput of the
+// instructions the selected ISA's kernels run), on one thread and on all
+// kernel threads.
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/bench.h"
+#include "cli/commands.h"
 #include "core/parallel.h"
 
 namespace pagoda::cli {
@@ -28,6 +30,10 @@ int run_roofline(const RooflineArgs& a) {
     const ops::Roofline r = ops::measure_roofline(t, a.seconds, a.read_mib << 20);
     rows.push_back(roofline_json(r));
     if (!a.json) {
+      if (t == 1) {
+        std::printf("%s kernels: fp32 = %s, bf16 = %s, int8 = %s\n", ops::isa_name(r.isa),
+                    r.fp32_probe, r.bf16_probe, r.int8_probe);
+      }
       std::printf(
           "threads %2d: read %6.1f GB/s | fp32 FMA %7.1f GFLOP/s | bf16 dot %7.1f GFLOP/s | "
           "int8 dot %7.1f GOP/s\n",
@@ -53,6 +59,9 @@ Runner add_bench_roofline(CLI::App& bench) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
+  // The peaks are those of the selected kernels' instructions
+  // (ops/roofline.h): --isa avx2 measures what the AVX2 kernels can reach.
+  add_isa_flag(*cmd);
   return [args] { return run_roofline(*args); };
 }
 

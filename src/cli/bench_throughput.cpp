@@ -1,6 +1,7 @@
 // `pagoda bench throughput`: offline serving throughput of the engine on
 // synthetic prompts (random, or a shared system prompt + distinct
 // questions), with prefix caching on or off.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 
 #include "cli/bench.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "engine/llm_engine.h"
 
 namespace pagoda::cli {
@@ -18,6 +20,7 @@ struct ThroughputArgs : BenchModelArgs {
   ThroughputArgs() { output_len = 64; }  // its own default (latency: 128)
   int num_prompts = 64;
   int shared_prefix_len = 0;
+  bool no_roofline = false;
 };
 
 int run_throughput(ThroughputArgs& a) {
@@ -28,6 +31,15 @@ int run_throughput(ThroughputArgs& a) {
   a.engine.prefault_kv_cache = true;  // time the steady state (engine/llm_engine.h)
   LLMEngine engine(a.model, a.engine);
   print_engine_summary(engine);
+  // Measured before the run (its read buffer freed again), as bench latency.
+  // The peak RSS reported is the engine's: the load's, then the run's.
+  const int64_t load_peak_rss = peak_rss_bytes();
+  ops::Roofline roof;
+  bool probe_in_peak = false;
+  if (!a.no_roofline) {
+    roof = ops::measure_roofline(num_threads(), 0.25);
+    probe_in_peak = !restart_peak_rss();
+  }
   const int64_t vocab = engine.model_config().vocab_size;
   std::mt19937_64 rng(a.seed);
   // Ids from the middle of the vocabulary: ordinary tokens, not specials.
@@ -58,7 +70,7 @@ int run_throughput(ThroughputArgs& a) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t prompt_tokens = int64_t{a.num_prompts} * a.input_len;
-  const nlohmann::json result = {
+  nlohmann::json result = {
       {"num_prompts", a.num_prompts},
       {"input_len", a.input_len},
       {"output_len", a.output_len},
@@ -74,7 +86,28 @@ int run_throughput(ThroughputArgs& a) {
       {"kv_blocks_total", engine.num_kv_blocks()},
       {"kv_blocks_peak_used", peak_blocks},
       {"kv_peak_usage", static_cast<double>(peak_blocks) / engine.num_kv_blocks()},
-      {"peak_rss_bytes", peak_rss_bytes()}};
+      {"peak_rss_bytes", std::max(load_peak_rss, peak_rss_bytes())},
+      {"peak_rss_includes_roofline_probe", probe_in_peak}};
+  // The work done against the linears' peak: every computed prompt token at
+  // the prefill FLOPs of its prompt, every output token (after a request's
+  // first, which ends its prefill) at a decode token's FLOPs at the mean
+  // context of the decode. Tokens served from the prefix cache are not
+  // computed. Dense Llama-style models only (token_flops), as bench latency.
+  const LinearPeak peak = linear_peak(roof, engine);
+  double flops = 0, fraction = 0;
+  if (!a.no_roofline) {
+    const ModelConfig& c = engine.model_config();
+    const double decode_tokens = static_cast<double>(output_tokens - a.num_prompts);
+    flops = static_cast<double>(prompt_tokens - cached_tokens) *
+                prefill_flops_per_token(c, a.input_len) +
+            decode_tokens * token_flops(c, a.input_len + a.output_len / 2.0, 1.0);
+    fraction = flops / seconds / (peak.gflops * 1e9);
+    result["roofline"] = roofline_json(roof);
+    result["flops"] = flops;
+    result["linear_peak"] = peak.kind;
+    result["linear_peak_probe"] = peak.probe;
+    result["fraction_of_linear_peak"] = fraction;
+  }
   if (a.json) {
     std::printf("%s\n", result.dump().c_str());
     return 0;
@@ -90,7 +123,12 @@ int run_throughput(ThroughputArgs& a) {
               static_cast<long long>(cached_tokens), static_cast<long long>(prompt_tokens));
   std::printf("KV cache: peak %d of %d blocks (%.1f%%)\n", peak_blocks, engine.num_kv_blocks(),
               100.0 * peak_blocks / engine.num_kv_blocks());
-  std::printf("peak RSS: %.1f MiB\n", peak_rss_bytes() / 1048576.0);
+  std::printf("peak RSS: %.1f MiB\n", std::max(load_peak_rss, peak_rss_bytes()) / 1048576.0);
+  if (!a.no_roofline) {
+    std::printf("compute: %.1f GFLOP/s, %.1f%% of the %s peak (%.0f G/s, %s, %s kernels)\n",
+                flops / seconds * 1e-9, 100 * fraction, peak.kind, peak.gflops, peak.probe,
+                ops::isa_name(roof.isa));
+  }
   return 0;
 }
 
@@ -108,6 +146,7 @@ Runner add_bench_throughput(CLI::App& bench) {
                   "Tokens of a system prompt shared by every request")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
+  cmd->add_flag("--no-roofline", args->no_roofline, "Skip measuring the roofline");
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_throughput(*args); });

@@ -50,10 +50,33 @@ double median(std::vector<double> v) {
 
 nlohmann::json roofline_json(const ops::Roofline& r) {
   return {{"threads", r.threads},
+          {"isa", ops::isa_name(r.isa)},
           {"read_gb_per_s", r.read_gb_per_s},
           {"fp32_gflops", r.fp32_gflops},
           {"bf16_gflops", r.bf16_gflops},
-          {"int8_gops", r.int8_gops}};
+          {"int8_gops", r.int8_gops},
+          {"fp32_probe", r.fp32_probe},
+          {"bf16_probe", r.bf16_probe},
+          {"int8_probe", r.int8_probe}};
+}
+
+double token_flops(const ModelConfig& c, double keys, double lm_head_rows) {
+  const double h = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
+  const double q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
+  const double layer_weights = h * (q + 2 * kv) + q * h + 3 * h * inter;
+  return c.num_hidden_layers * (2 * layer_weights + 4 * q * keys) +
+         2.0 * c.vocab_size * h * lm_head_rows;
+}
+
+double prefill_flops_per_token(const ModelConfig& c, int input_len) {
+  return token_flops(c, (input_len + 1) / 2.0, 1.0 / input_len);
+}
+
+LinearPeak linear_peak(const ops::Roofline& roof, const LLMEngine& engine) {
+  if (engine.options().quantization == Quantization::Int8)
+    return {roof.int8_gops, "int8", roof.int8_probe};
+  if (engine.model().weight_dtype() == DType::BF16) return {roof.bf16_gflops, "bf16", roof.bf16_probe};
+  return {roof.fp32_gflops, "fp32", roof.fp32_probe};
 }
 
 }  // namespace pagoda::cli

@@ -17,6 +17,9 @@ Runner add_bench_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
 Runner add_kv_plan_command(CLI::App& app);
 
+// --isa NAME (ops::set_isa) and --isa list (prints the variants, which this
+// CPU supports, and exits 0); part of the engine flags.
+void add_isa_flag(CLI::App& cmd);
 // Engine flags shared by every command that loads a model.
 void add_engine_flags(CLI::App& cmd, EngineOptions& options);
 // Tensor parallel: rank 0 runs the command (scheduler, tokenizer, I/O); the

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cstdio>
 #include <string>
 
@@ -12,20 +13,46 @@
 
 namespace pagoda::cli {
 
+void add_isa_flag(CLI::App& cmd) {
+  // Kernel variant (A/B benchmarks, reproducing another machine's numerics,
+  // the AVX2 figures on an AVX-512 machine). `list` prints what this CPU
+  // supports; a variant it lacks, or an unknown name, is a usage error
+  // (exit 2) naming the supported ones.
+  std::string names;
+  for (ops::Isa isa : ops::kAllIsas) names += std::string(names.empty() ? "" : ", ") + ops::isa_name(isa);
+  cmd.add_option_function<std::string>(
+      "--isa",
+      [names](std::string value) {
+        for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (value == "list") {
+          for (ops::Isa isa : ops::kAllIsas) {
+            std::printf("%-11s %s%s\n", ops::isa_name(isa),
+                        ops::isa_supported(isa) ? "supported" : "not supported by this CPU",
+                        isa == ops::best_isa() ? " (default)" : "");
+          }
+          std::fflush(stdout);
+          throw CLI::Success();
+        }
+        for (ops::Isa isa : ops::kAllIsas) {
+          if (value == ops::isa_name(isa)) {
+            apply_flag("--isa", [&] { ops::set_isa(isa); });
+            return;
+          }
+        }
+        throw CLI::ValidationError(
+            "--isa", fmt::format("unknown kernel variant '{}' (the variants: {}; this CPU supports: "
+                                 "{}; `--isa list` prints them)",
+                                 value, names, ops::supported_isa_names()));
+      },
+      fmt::format("Kernel variant: {} (this CPU supports: {}; default: {}), or list (print "
+                  "them and exit)",
+                  names, ops::supported_isa_names(), ops::isa_name(ops::best_isa())));
+}
+
 void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--threads", o.num_threads, "Kernel threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
-  // Kernel variant (A/B benchmarks, reproducing another machine's numerics);
-  // one the CPU lacks is a usage error (exit 2).
-  cmd.add_option_function<ops::Isa>(
-         "--isa", [](const ops::Isa& isa) { apply_flag("--isa", [&] { ops::set_isa(isa); }); },
-         "Kernel variant: scalar, avx2, avx512, avx512bf16 (default: the best this CPU supports)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, ops::Isa>{{"scalar", ops::Isa::Scalar},
-                                          {"avx2", ops::Isa::Avx2},
-                                          {"avx512", ops::Isa::Avx512},
-                                          {"avx512bf16", ops::Isa::Avx512Bf16}},
-          CLI::ignore_case));
+  add_isa_flag(cmd);
   cmd.add_option("--block-size", o.block_size,
                  "Tokens per KV-cache block (default: the model's: 64 for DeepSeek V3.2, else 16)")
       ->check(CLI::Range(1, 1024));

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -507,11 +509,21 @@ void v4_sparse_attention(const float* q, int64_t num_tokens, int num_heads,
 // activations to bf16 (round-to-nearest-even) and accumulate bf16 products
 // in f32 (vdpbf16ps), so they differ from the other variants by that
 // rounding (and are still independent of batch composition).
-enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16 };
+// Avx2Vnni: Avx2 plus AVX-VNNI (256-bit vpdpbusd, Intel Alder Lake and
+// later, AMD Zen 5) for the int8 linears; the same outputs as Avx2 (exact
+// integer dot products). Avx2 alone is the Zen 2/3 and older Intel path.
+enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16, Avx2Vnni };
 const char* isa_name(Isa isa);
+// Every variant, in the order --isa lists them.
+inline constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512,
+                                   Isa::Avx512Bf16};
 // Best variant this CPU supports, and whether a given one is supported.
 Isa best_isa();
 bool isa_supported(Isa isa);
+// The variants this CPU supports (kAllIsas order), and their names joined
+// by ", " (for --isa list and its error message).
+std::vector<Isa> supported_isas();
+std::string supported_isa_names();
 // Forces a variant (tests, --isa flag); throws InputError if unsupported.
 void set_isa(Isa isa);
 Isa current_isa();

@@ -12,8 +12,14 @@
 // for decode. Each output is one accumulator chain over the pairs in order,
 // whatever the batch or thread split, so rows stay batch-invariant.
 //
+// AVX2 (packed_avx2.cpp) reads the same panels: a 256-bit load is 8
+// columns' pairs, and the even / odd inputs' weights are the words shifted
+// left by 16 / masked to their high half, exact f32s, so it streams
+// broadcast f32 activations through FMAs the same way.
+//
 // int8 weights (ops/quant.h) pack the same way with 4 inputs per 32-bit
-// word ([cols / 4][kPackedCols][4], for vpdpbusd); their scales and row
+// word ([cols / 4][kPackedCols][4], for vpdpbusd, and AVX2's vpmaddubsw +
+// vpmaddwd, which sum the same 4 products); their scales and row
 // sums stay per row. Rows past `rows` in the last panel are zero; cols
 // must be a multiple of the inputs per word.
 #pragma once
@@ -46,10 +52,10 @@ inline int64_t packed_index(int64_t row, int64_t col, int64_t cols, DType dtype 
 }
 
 // Whether the selected ISA has a kernel for packed bf16 weights (the model
-// loader packs only then: other ISAs read packed weights through a slow
-// portable loop, correct but not worth it).
+// loader packs only then: avx512bf16 and avx2 / avx2vnni; other ISAs read
+// packed weights through a slow portable loop, correct but not worth it).
 bool packed_bf16_is_native();
-// The same for packed int8 weights (the VNNI kernel).
+// The same for packed int8 weights (AVX-512 VNNI, AVX-VNNI, AVX2).
 bool packed_i8_is_native();
 
 // Packs a row-major BF16 (even cols) or I8 (cols a multiple of 4) matrix

@@ -37,14 +37,13 @@ double best_rate(int min_runs, int max_runs, double seconds, Run run) {
 }
 
 // Best rate (ops/s) of the kind's loop run on every thread at once.
-double peak_rate(PeakKind kind, int threads, double seconds) {
-  if (!peak_supported(kind)) return 0;
+double peak_rate(const PeakProbe& probe, int threads, double seconds) {
   // Calibrate on one thread: iterations for ~seconds / 8 per run.
   int64_t iters = 1 << 12;
   double one_thread = 0;  // ops/s
   for (;;) {
     const auto t0 = Clock::now();
-    const double ops = run_peak_loop(kind, iters);
+    const double ops = probe.loop(iters);
     const double s = seconds_since(t0);
     if (s > seconds / 16 || iters > (int64_t{1} << 40)) {
       one_thread = ops / std::max(s, 1e-9);
@@ -56,7 +55,7 @@ double peak_rate(PeakKind kind, int threads, double seconds) {
   std::vector<double> ops(threads);
   auto all_threads = [&] {
     parallel_for(threads, 1, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) ops[t] = run_peak_loop(kind, iters);
+      for (int64_t t = b; t < e; ++t) ops[t] = probe.loop(iters);
     });
     double total = 0;
     for (double o : ops) total += o;
@@ -99,10 +98,17 @@ Roofline measure_roofline(int threads, double seconds, int64_t read_bytes) {
   set_num_threads(threads);
   Roofline r;
   r.threads = threads;
+  r.isa = current_isa();
   r.read_gb_per_s = read_rate(threads, seconds, read_bytes) * 1e-9;
-  r.fp32_gflops = peak_rate(PeakKind::Fp32Fma, threads, seconds) * 1e-9;
-  r.bf16_gflops = peak_rate(PeakKind::Bf16Dot, threads, seconds) * 1e-9;
-  r.int8_gops = peak_rate(PeakKind::Int8Dot, threads, seconds) * 1e-9;
+  const PeakProbe fp32 = peak_probe(PeakKind::Fp32Fma, r.isa);
+  const PeakProbe bf16 = peak_probe(PeakKind::Bf16Dot, r.isa);
+  const PeakProbe int8 = peak_probe(PeakKind::Int8Dot, r.isa);
+  r.fp32_probe = fp32.name;
+  r.bf16_probe = bf16.name;
+  r.int8_probe = int8.name;
+  r.fp32_gflops = peak_rate(fp32, threads, seconds) * 1e-9;
+  r.bf16_gflops = peak_rate(bf16, threads, seconds) * 1e-9;
+  r.int8_gops = peak_rate(int8, threads, seconds) * 1e-9;
   set_num_threads(old);
   return r;
 }

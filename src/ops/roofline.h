@@ -1,22 +1,41 @@
 // What this machine can do at most, measured with our own loops: read
 // bandwidth from memory and peak arithmetic throughput (f32 FMA, bf16 dot
 // products, int8 dot products). `pagoda bench roofline` prints these, and
-// `pagoda bench latency` compares the engine against them.
+// `pagoda bench latency` / `bench throughput` compare the engine against
+// them.
+//
+// A peak is that of the instructions the selected ISA's kernels run for
+// it on this CPU (peak_probe): on an AVX2-only CPU, or under --isa avx2,
+// bf16 is "widen to f32 + 256-bit FMA" and int8 "vpmaddubsw + vpmaddwd"
+// (or AVX-VNNI's vpdpbusd), never 0.
 #pragma once
 
 #include <cstdint>
+
+#include "ops/ops.h"
 
 namespace pagoda::ops {
 
 enum class PeakKind { Fp32Fma, Bf16Dot, Int8Dot };
 const char* peak_kind_name(PeakKind kind);
-// Whether this CPU has the instruction behind a kind (AVX-512 FMA,
-// AVX512_BF16 vdpbf16ps, AVX512_VNNI vpdpbusd).
-bool peak_supported(PeakKind kind);
 
-// Runs a register-only loop of `iters` iterations of the kind's instruction
-// on the calling thread; returns the arithmetic operations done (a
-// multiply-add counts 2). The value is never 0 for a supported kind.
+// One probe: a register-only loop of the instruction mix a kernel family
+// runs, in independent chains. loop(iters) returns the arithmetic
+// operations done (a multiply-add counts 2), never 0.
+struct PeakProbe {
+  const char* name;  // e.g. "avx2 bf16 widen + fma"
+  double (*loop)(int64_t iters);
+};
+
+// The probe of `kind` for the kernels `isa` runs on this CPU (isa must be
+// supported): f32 FMA of the ISA's vector width; bf16 with vdpbf16ps on
+// avx512bf16, widened to f32 + FMA elsewhere (the kernels' way); int8 with
+// the quant kernel table's instruction (AVX-512 VNNI, AVX-VNNI, or AVX2's
+// vpmaddubsw + vpmaddwd); scalar: the compiler's baseline code.
+PeakProbe peak_probe(PeakKind kind, Isa isa);
+
+// The selected ISA's probe of `kind` run for `iters` iterations on the
+// calling thread.
 double run_peak_loop(PeakKind kind, int64_t iters);
 
 // Sums x[0..n) with wide loads (the read-bandwidth probe). Returns the sum
@@ -25,15 +44,19 @@ float read_sum(const float* x, int64_t n);
 
 struct Roofline {
   int threads = 1;
+  Isa isa = Isa::Scalar;  // whose kernels the peaks are for
   double read_gb_per_s = 0;
-  double fp32_gflops = 0;  // 0: not supported
+  double fp32_gflops = 0;
   double bf16_gflops = 0;
   double int8_gops = 0;
+  const char* fp32_probe = "";
+  const char* bf16_probe = "";
+  const char* int8_probe = "";
 };
 
-// Measures every figure on `threads` kernel threads, spending about
-// `seconds` on each; `read_bytes` is the size of the buffer streamed
-// (far larger than the caches).
+// Measures every figure on `threads` kernel threads for the selected ISA
+// (current_isa()), spending about `seconds` on each; `read_bytes` is the
+// size of the buffer streamed (far larger than the caches).
 Roofline measure_roofline(int threads, double seconds = 0.3, int64_t read_bytes = int64_t{1} << 29);
 
 }  // namespace pagoda::ops

@@ -182,7 +182,9 @@ PY
 expect_exit 2 "KV slots" -- "$pagoda" bench latency --model "$model" --batch 64 --input-len 64 \
   --output-len 64 --kv-cache-memory 1000000 --no-roofline
 
-# bf16 weights are repacked into GEMM panels where the CPU has avx512_bf16
+# bf16 weights are repacked into GEMM panels where the selected kernels
+# have a panel GEMM (avx512_bf16's vdpbf16ps one, AVX2's widening one; the
+# default ISA is at least avx2 when the CPU has avx2 and fma)
 # (--no-repack keeps them in place in the mapping); f32 weights never are.
 weights_of() {  # bench latency's "weights" field for a model and flags
   "$pagoda" bench latency --model "$1" --input-len 4 --output-len 2 --repeats 1 --no-roofline \
@@ -190,7 +192,7 @@ weights_of() {  # bench latency's "weights" field for a model and flags
 }
 bf16_model=$src/tests/data/stories260k-bf16
 want_bf16="as stored"
-grep -qw avx512_bf16 /proc/cpuinfo && want_bf16="bf16, repacked into GEMM panels"
+grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && want_bf16="bf16, repacked into GEMM panels"
 [[ $(weights_of "$bf16_model") == "$want_bf16" ]] \
   || fail "bf16 model weights: '$(weights_of "$bf16_model")', expected '$want_bf16'"
 [[ $(weights_of "$bf16_model" --no-repack) == "as stored" ]] || fail "--no-repack still repacked"
@@ -203,6 +205,7 @@ grep -qw avx512_bf16 /proc/cpuinfo && want_bf16="bf16, repacked into GEMM panels
 has_flags() { for f in "$@"; do grep -qw "$f" /proc/cpuinfo || return 1; done; }
 missing_isas=()
 has_flags avx2 fma || missing_isas+=(avx2)
+has_flags avx2 fma avx_vnni || missing_isas+=(avx2vnni)
 has_flags avx512f avx512bw avx512vl avx512dq || missing_isas+=(avx512)
 has_flags avx512f avx512bw avx512vl avx512dq avx512_bf16 || missing_isas+=(avx512bf16)
 [[ ${#missing_isas[@]} -eq 0 ]] && echo "note: this CPU has every ISA; only an unknown --isa name is checked"

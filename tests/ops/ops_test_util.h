@@ -45,14 +45,6 @@ inline void expect_close(const std::vector<float>& a, const std::vector<float>& 
   EXPECT_EQ(bad, 0) << what;
 }
 
-inline std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
-    if (isa_supported(isa)) out.push_back(isa);
-  }
-  return out;
-}
-
 // Whether linear with bf16 weights rounds the activations to bf16 on this
 // ISA (the vdpbf16ps path) instead of widening the weights to f32.
 inline bool rounds_bf16_activations(Isa isa) { return isa == Isa::Avx512Bf16; }

@@ -4,6 +4,8 @@
 #include <cpuid.h>
 
 #include <atomic>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
@@ -34,6 +36,8 @@ bool cpu_has(Isa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     case Isa::Avx512Bf16:  // libgcc also checks that the OS saves AVX-512 state
       return cpu_has(Isa::Avx512) && __builtin_cpu_supports("avx512bf16");
+    case Isa::Avx2Vnni:
+      return cpu_has(Isa::Avx2) && cpu::avx_vnni_quant_kernels() != nullptr;
   }
   return false;
 }
@@ -57,6 +61,8 @@ const char* isa_name(Isa isa) {
       return "avx512";
     case Isa::Avx512Bf16:
       return "avx512bf16";
+    case Isa::Avx2Vnni:
+      return "avx2vnni";
   }
   return "?";
 }
@@ -64,14 +70,32 @@ const char* isa_name(Isa isa) {
 Isa best_isa() {
   if (cpu_has(Isa::Avx512Bf16)) return Isa::Avx512Bf16;
   if (cpu_has(Isa::Avx512)) return Isa::Avx512;
+  if (cpu_has(Isa::Avx2Vnni)) return Isa::Avx2Vnni;
   if (cpu_has(Isa::Avx2)) return Isa::Avx2;
   return Isa::Scalar;
 }
 
 bool isa_supported(Isa isa) { return cpu_has(isa); }
 
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : kAllIsas) {
+    if (cpu_has(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+std::string supported_isa_names() {
+  std::string names;
+  for (Isa isa : supported_isas()) names += std::string(names.empty() ? "" : ", ") + isa_name(isa);
+  return names;
+}
+
 void set_isa(Isa isa) {
-  if (!cpu_has(isa)) throw_input_error("this CPU does not support the {} kernels", isa_name(isa));
+  if (!cpu_has(isa)) {
+    throw_input_error("this CPU does not support the {} kernels (it supports: {})", isa_name(isa),
+                      supported_isa_names());
+  }
   selected().store(isa, std::memory_order_relaxed);
 }
 
@@ -100,6 +124,10 @@ IsaTables tables_for(Isa isa) {
       return {cpu::avx512_kernels, avx512_quant_kernels};
     case Isa::Avx2:
       return {cpu::avx2_kernels, cpu::avx2_quant_kernels};
+    case Isa::Avx2Vnni:  // the AVX2 float kernels; vpdpbusd (256-bit) for int8
+      return {cpu::avx2_kernels, []() -> const cpu::QuantKernelTable& {
+                return *cpu::avx_vnni_quant_kernels();
+              }};
     case Isa::Scalar:
       break;
   }

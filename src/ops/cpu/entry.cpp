@@ -105,6 +105,8 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
         const auto* w = static_cast<const uint16_t*>(o.w->data);
         if (packed_native) {
           kt.linear_bf16_packed(xb, m, w, k, n, ldy, o.bias, o.y, u_lo, u_hi);
+        } else if (kt.linear_bf16_packed_f32) {
+          kt.linear_bf16_packed_f32(x, m, w, k, n, ldy, o.bias, o.y, u_lo, u_hi);
         } else {
           cpu::linear_packed_portable(x, m, *o.w, ldy, o.bias, o.y, u_lo, u_hi);
         }

@@ -216,6 +216,12 @@ struct KernelTable {
   void (*linear_bf16_packed)(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
                              int64_t ldy, const float* bias, float* y, int64_t p0,
                              int64_t p1) = nullptr;
+  // The same with f32 activations, for ISAs without a bf16 dot product
+  // (AVX2: the panel's bf16 pairs widened to f32 in registers, then FMAs).
+  // Used where linear_bf16_packed is null.
+  void (*linear_bf16_packed_f32)(const float* x, int64_t m, const uint16_t* w, int64_t k,
+                                 int64_t n, int64_t ldy, const float* bias, float* y, int64_t p0,
+                                 int64_t p1) = nullptr;
   // F8E4M3 weights with block scales (ops::Matrix; scales row stride
   // fp8_scale_cols(k)), y row stride ldy, columns [n0, n1) (n0 a multiple
   // of 16). Bit-identical to linear_f32 on the dequantised weights.
@@ -297,6 +303,11 @@ void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, i
 // One panel from `count` (<= kPackedCols) row-major rows of `pairs` words.
 void pack_panel(const uint32_t* rows, int64_t count, int64_t pairs, uint32_t* panel);
 }  // namespace avx512bf16_impl
+
+namespace avx2_impl {  // packed_avx2.cpp
+void linear_packed(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t n, int64_t ldy,
+                   const float* bias, float* y, int64_t p0, int64_t p1);
+}  // namespace avx2_impl
 
 // The table of the ISA chosen by set_isa (best_isa() by default).
 const KernelTable& active_kernels();

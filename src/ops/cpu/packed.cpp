@@ -12,7 +12,10 @@
 
 namespace pagoda::ops {
 
-bool packed_bf16_is_native() { return cpu::active_kernels().linear_bf16_packed != nullptr; }
+bool packed_bf16_is_native() {
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  return kt.linear_bf16_packed != nullptr || kt.linear_bf16_packed_f32 != nullptr;
+}
 bool packed_i8_is_native() { return cpu::active_quant_kernels().linear_i8_packed != nullptr; }
 
 Matrix pack_matrix(const Matrix& src, void* out) {
@@ -26,13 +29,15 @@ Matrix pack_matrix(const Matrix& src, void* out) {
   const int64_t words_per_row = src.cols / per_word;
   const auto* in = static_cast<const uint32_t*>(src.data);
   auto* words = static_cast<uint32_t*>(out);
-  const bool native = packed_bf16_is_native();
+  // The AVX-512 gather packer where the selected kernels are AVX-512 BF16
+  // ones (it needs AVX-512F); the plain loop elsewhere.
+  const bool gather = cpu::active_kernels().linear_bf16_packed != nullptr;
   parallel_for(packed_panels(src.rows), 1, [&](int64_t p0, int64_t p1) {
     for (int64_t panel = p0; panel < p1; ++panel) {
       uint32_t* dst = words + panel * words_per_row * kPackedCols;
       const int64_t row0 = panel * kPackedCols;
       const int64_t count = std::min(kPackedCols, src.rows - row0);
-      if (native) {
+      if (gather) {
         cpu::avx512bf16_impl::pack_panel(in + row0 * words_per_row, count, words_per_row, dst);
         continue;
       }

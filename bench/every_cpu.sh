@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The issue-25 table on this machine, per ISA (--isa avx2 on an AVX-512 box
+# gives the AVX2 figures), each figure next to the same-run peak it is
+# judged by: prefill and batch-32 decode against the peak the linears run
+# at (`linear_peak`: bf16 weights -> the bf16 probe of the ISA, int8 -> the
+# int8 one), single-stream decode against the read bandwidth. Binaries are
+# interleaved per figure, so a before/after pair sees the same machine
+# state (a shared host's load changes within minutes); every row is judged
+# by the FIRST binary's roofline of that figure (it must print the per-ISA
+# peaks: a build before issue 25 measured AVX-512 peaks under --isa avx2).
+#
+#   bench/every_cpu.sh MODEL_DIR "isa..." pagoda_binary... > table.md
+# e.g. bench/every_cpu.sh /tmp/qwen3-0.6b-random "avx2 avx512bf16" ./build/pagoda /work/main/build/pagoda
+set -euo pipefail
+model=${1:?usage: bench/every_cpu.sh MODEL_DIR "isa..." pagoda_binary...}
+isas=$2
+shift 2
+binaries=("$@")
+common=(bench latency --model "$model" --max-model-len 1024 --threads 2 --json)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+figure() {  # name, then bench latency flags
+  local name=$1
+  shift
+  for isa in $isas; do
+    local i=0
+    for bin in "${binaries[@]}"; do
+      "$bin" "${common[@]}" --isa "$isa" "$@" 2>/dev/null | tail -1 >"$tmp/$i.json"
+      /usr/bin/python3 - "$name" "$isa" "$bin" "$tmp/0.json" "$tmp/$i.json" \
+        "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import json, sys
+name, isa, binary, ref_path, path, load = sys.argv[1:7]
+ref, j = json.load(open(ref_path)), json.load(open(path))
+r = ref["roofline"]
+kind = ref["linear_peak"]
+peak = r[{"int8": "int8_gops", "bf16": "bf16_gflops", "fp32": "fp32_gflops"}[kind]] * 1e9
+if name.startswith("prefill"):
+    got = f"{j['prefill_tokens_per_s']:.1f} tok/s"
+    flops = j["prefill_tokens_per_s"] * j["prefill_flops_per_token"]
+    frac = (f"{100 * flops / peak:.1f}% of {kind} peak "
+            f"({100 * flops / (r['fp32_gflops'] * 1e9):.1f}% of fp32)")
+elif name.startswith("batch"):
+    got = f"{j['decode_tokens_per_s']:.1f} tok/s ({j['decode_ms_per_step']:.0f} ms/step)"
+    flops = j["decode_flops_per_step"] / (j["decode_ms_per_step"] * 1e-3)
+    frac = (f"{100 * flops / peak:.1f}% of {kind} peak "
+            f"({100 * flops / (r['fp32_gflops'] * 1e9):.1f}% of fp32)")
+else:
+    got = f"{j['decode_tokens_per_s']:.1f} tok/s ({j['decode_ms_per_step']:.1f} ms/step)"
+    bw = j["decode_bytes_per_step"] / (j["decode_ms_per_step"] * 1e-3)
+    frac = f"{100 * bw / (r['read_gb_per_s'] * 1e9):.1f}% of read bandwidth"
+peaks = (f"read {r['read_gb_per_s']:.1f} GB/s, fp32 {r['fp32_gflops']:.0f}, "
+         f"bf16 {r['bf16_gflops']:.0f}, int8 {r['int8_gops']:.0f}")
+print(f"| {name} | {isa} | {binary} | {got} | {frac} | {peaks} | {load} |", flush=True)
+PY
+      i=$((i + 1))
+    done
+  done
+}
+echo "| figure | --isa | binary | speed | fraction | same-run peaks of the first binary (G/s) | loadavg |"
+echo "|---|---|---|---|---|---|---|"
+kv=(--kv-cache-memory 300000000)
+figure "prefill pp512 bf16" --input-len 512 --output-len 2 --repeats 1 "${kv[@]}"
+figure "decode bf16" --input-len 128 --output-len 64 --repeats 2 "${kv[@]}"
+figure "decode int8" --input-len 128 --output-len 64 --repeats 2 "${kv[@]}" --quantization int8
+figure "prefill pp512 int8" --input-len 512 --output-len 2 --repeats 1 "${kv[@]}" --quantization int8
+figure "batch 32 x (128 in, 32 out) bf16" --input-len 128 --output-len 32 --batch 32 --repeats 1 \
+  --warmup 0 --kv-cache-memory 1200000000
