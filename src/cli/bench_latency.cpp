@@ -143,12 +143,13 @@ double prefill_flops_per_token(const ModelConfig& c, int input_len) {
 
 // The peak the linears of these weights run at: int8 dot products for
 // --quantization int8, bf16 ones for bf16 weights on CPUs with avx512_bf16
-// (the other ISAs widen them to f32), else f32 FMAs.
+// or AArch64 BF16 (the other ISAs widen them to f32), else f32 FMAs.
 double linear_peak_gflops(const ops::Roofline& roof, const LLMEngine& engine,
                           Quantization quantization) {
   if (quantization == Quantization::Int8) return roof.int8_gops;
   const bool bf16_dot =
-      engine.model().weight_dtype() == DType::BF16 && ops::current_isa() == ops::Isa::Avx512Bf16;
+      engine.model().weight_dtype() == DType::BF16 &&
+      (ops::current_isa() == ops::Isa::Avx512Bf16 || ops::current_isa() == ops::Isa::NeonBf16);
   return bf16_dot ? roof.bf16_gflops : roof.fp32_gflops;
 }
 

@@ -19,12 +19,16 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
   // one the CPU lacks is a usage error (exit 2).
   cmd.add_option_function<ops::Isa>(
          "--isa", [](const ops::Isa& isa) { apply_flag("--isa", [&] { ops::set_isa(isa); }); },
-         "Kernel variant: scalar, avx2, avx512, avx512bf16 (default: the best this CPU supports)")
+         "Kernel variant: scalar, avx2, avx512, avx512bf16 (x86), neon, neondot, neonbf16 "
+         "(AArch64) (default: the best this CPU supports)")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, ops::Isa>{{"scalar", ops::Isa::Scalar},
                                           {"avx2", ops::Isa::Avx2},
                                           {"avx512", ops::Isa::Avx512},
-                                          {"avx512bf16", ops::Isa::Avx512Bf16}},
+                                          {"avx512bf16", ops::Isa::Avx512Bf16},
+                                          {"neon", ops::Isa::Neon},
+                                          {"neondot", ops::Isa::NeonDot},
+                                          {"neonbf16", ops::Isa::NeonBf16}},
           CLI::ignore_case));
   cmd.add_option("--block-size", o.block_size,
                  "Tokens per KV-cache block (default: the model's: 64 for DeepSeek V3.2, else 16)")

@@ -507,7 +507,11 @@ void v4_sparse_attention(const float* q, int64_t num_tokens, int num_heads,
 // activations to bf16 (round-to-nearest-even) and accumulate bf16 products
 // in f32 (vdpbf16ps), so they differ from the other variants by that
 // rounding (and are still independent of batch composition).
-enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16 };
+// AArch64: Neon (every AArch64 CPU: 128-bit f32 FMA, int8 via smull), NeonDot
+// (Neon + the dot-product extension: int8 linears with sdot), NeonBf16
+// (NeonDot + BF16: bf16-weight linears with bfdot, rounding activations to
+// bf16 like Avx512Bf16). Each architecture's variants exist only in its build.
+enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16, Neon, NeonDot, NeonBf16 };
 const char* isa_name(Isa isa);
 // Best variant this CPU supports, and whether a given one is supported.
 Isa best_isa();

@@ -47,15 +47,18 @@ inline void expect_close(const std::vector<float>& a, const std::vector<float>& 
 
 inline std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Neon, Isa::NeonDot,
+                  Isa::NeonBf16}) {
     if (isa_supported(isa)) out.push_back(isa);
   }
   return out;
 }
 
 // Whether linear with bf16 weights rounds the activations to bf16 on this
-// ISA (the vdpbf16ps path) instead of widening the weights to f32.
-inline bool rounds_bf16_activations(Isa isa) { return isa == Isa::Avx512Bf16; }
+// ISA (the vdpbf16ps and bfdot paths) instead of widening the weights to f32.
+inline bool rounds_bf16_activations(Isa isa) {
+  return isa == Isa::Avx512Bf16 || isa == Isa::NeonBf16;
+}
 
 // v rounded to bf16 (round-to-nearest-even) and back to f32.
 inline std::vector<float> bf16_rounded(const std::vector<float>& v) {

@@ -26,16 +26,18 @@ Matrix pack_matrix(const Matrix& src, void* out) {
   const int64_t words_per_row = src.cols / per_word;
   const auto* in = static_cast<const uint32_t*>(src.data);
   auto* words = static_cast<uint32_t*>(out);
-  const bool native = packed_bf16_is_native();
+  [[maybe_unused]] const bool native = packed_bf16_is_native();
   parallel_for(packed_panels(src.rows), 1, [&](int64_t p0, int64_t p1) {
     for (int64_t panel = p0; panel < p1; ++panel) {
       uint32_t* dst = words + panel * words_per_row * kPackedCols;
       const int64_t row0 = panel * kPackedCols;
       const int64_t count = std::min(kPackedCols, src.rows - row0);
+#if defined(__x86_64__)  // the only native packed kernel so far: avx512bf16's
       if (native) {
         cpu::avx512bf16_impl::pack_panel(in + row0 * words_per_row, count, words_per_row, dst);
         continue;
       }
+#endif
       // memcpy: a checkpoint's bf16 tensor may be only 2-byte aligned.
       for (int64_t p = 0; p < words_per_row; ++p) {
         for (int64_t c = 0; c < kPackedCols; ++c) {
