@@ -100,8 +100,11 @@ inline Vec vadd(Vec a, Vec b) { return vaddq_f32(a, b); }
 inline Vec vmul(Vec a, Vec b) { return vmulq_f32(a, b); }
 inline Vec vdiv(Vec a, Vec b) { return vdivq_f32(a, b); }
 
-// (a0 + a2) + (a1 + a3): the scalar variant's tree (also 4 lanes), so
-// the two sum alike; vsum4 sums each of its vectors the same way.
+// (a0 + a2) + (a1 + a3): the high half folded onto the low half, as every
+// variant sums. That tree gives the same bits when the lanes are rotated
+// (a sliding-window query's keys start a few lanes later in the chunk of
+// its batch than alone: attention's denominators rely on it); the pairwise
+// faddp tree, (a0 + a1) + (a2 + a3), does not. vsum4 sums each vector alike.
 inline float vsum(Vec a) {
   const float32x2_t h = vadd_f32(vget_low_f32(a), vget_high_f32(a));
   return vget_lane_f32(h, 0) + vget_lane_f32(h, 1);
