@@ -1,7 +1,9 @@
 #include "core/parallel.h"
 
-#include <immintrin.h>
 #include <omp.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +19,16 @@
 namespace pagoda {
 
 namespace {
+
+// The spin-wait hint: pause on x86, yield on AArch64 (both tell the core,
+// and an SMT sibling, that this thread is only polling).
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 // How long a worker spins for the next job before it sleeps: longer than
 // the gap between two ops of a forward pass. Measured in time, not pause
@@ -36,7 +48,7 @@ bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
-      _mm_pause();
+      cpu_relax();
     }
     if (std::chrono::steady_clock::now() > deadline) return ready();
   }
@@ -113,7 +125,7 @@ class Pool {
   }
 
   void wait_inactive() {
-    while (active_.load() != 0) _mm_pause();
+    while (active_.load() != 0) cpu_relax();
   }
 
   void work() {

@@ -512,11 +512,19 @@ void v4_sparse_attention(const float* q, int64_t num_tokens, int num_heads,
 // Avx2Vnni: Avx2 plus AVX-VNNI (256-bit vpdpbusd, Intel Alder Lake and
 // later, AMD Zen 5) for the int8 linears; the same outputs as Avx2 (exact
 // integer dot products). Avx2 alone is the Zen 2/3 and older Intel path.
-enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16, Avx2Vnni };
+// AArch64: Neon (every AArch64 CPU: 128-bit f32 FMA, int8 via smull), NeonDot
+// (Neon + the dot-product extension: int8 linears with sdot), NeonBf16
+// (NeonDot + BF16: bf16-weight linears with bfdot, rounding activations to
+// bf16 like Avx512Bf16). Each architecture's variants exist only in its build.
+enum class Isa { Scalar, Avx2, Avx512, Avx512Bf16, Avx2Vnni, Neon, NeonDot, NeonBf16 };
 const char* isa_name(Isa isa);
-// Every variant, in the order --isa lists them.
+// Every variant of this build's architecture, in the order --isa lists them.
+#if defined(__aarch64__)
+inline constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Neon, Isa::NeonDot, Isa::NeonBf16};
+#else
 inline constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512,
                                    Isa::Avx512Bf16};
+#endif
 // Best variant this CPU supports, and whether a given one is supported.
 Isa best_isa();
 bool isa_supported(Isa isa);

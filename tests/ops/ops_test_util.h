@@ -46,8 +46,10 @@ inline void expect_close(const std::vector<float>& a, const std::vector<float>& 
 }
 
 // Whether linear with bf16 weights rounds the activations to bf16 on this
-// ISA (the vdpbf16ps path) instead of widening the weights to f32.
-inline bool rounds_bf16_activations(Isa isa) { return isa == Isa::Avx512Bf16; }
+// ISA (the vdpbf16ps and bfdot paths) instead of widening the weights to f32.
+inline bool rounds_bf16_activations(Isa isa) {
+  return isa == Isa::Avx512Bf16 || isa == Isa::NeonBf16;
+}
 
 // v rounded to bf16 (round-to-nearest-even) and back to f32.
 inline std::vector<float> bf16_rounded(const std::vector<float>& v) {

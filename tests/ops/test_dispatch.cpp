@@ -3,14 +3,24 @@
 #include <cpuid.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <iterator>
 #include <set>
 #include <string>
+
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "core/error.h"
 #include "ops/ops.h"
 
 namespace pagoda::ops {
 namespace {
+
+constexpr Isa kAllIsas[] = {Isa::Scalar,     Isa::Avx2, Isa::Avx512,  Isa::Avx512Bf16,
+                            Isa::Neon,       Isa::NeonDot, Isa::NeonBf16};
 
 TEST(Dispatch, DefaultIsBestSupported) {
   EXPECT_TRUE(isa_supported(Isa::Scalar));
@@ -25,9 +35,16 @@ TEST(Dispatch, DefaultIsBestSupported) {
     EXPECT_EQ(best_isa(), Isa::Avx2Vnni);
   } else if (isa_supported(Isa::Avx2)) {
     EXPECT_EQ(best_isa(), Isa::Avx2);
+  } else if (isa_supported(Isa::NeonBf16)) {
+    EXPECT_EQ(best_isa(), Isa::NeonBf16);
+  } else if (isa_supported(Isa::NeonDot)) {
+    EXPECT_EQ(best_isa(), Isa::NeonDot);
+  } else if (isa_supported(Isa::Neon)) {
+    EXPECT_EQ(best_isa(), Isa::Neon);
   }
 }
 
+#if defined(__x86_64__)
 TEST(Dispatch, AvxImpliesItsPrerequisites) {
   if (isa_supported(Isa::Avx512Bf16)) {
     EXPECT_TRUE(isa_supported(Isa::Avx512));
@@ -43,7 +60,26 @@ TEST(Dispatch, AvxImpliesItsPrerequisites) {
   EXPECT_EQ(isa_supported(Isa::Avx2Vnni), isa_supported(Isa::Avx2) && avx_vnni);
   EXPECT_EQ(isa_supported(Isa::Avx2),
             __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0);
+  for (Isa isa : {Isa::Neon, Isa::NeonDot, Isa::NeonBf16}) EXPECT_FALSE(isa_supported(isa));
 }
+#endif
+
+#if defined(__aarch64__)
+// The levels follow the kernel's hwcaps (qemu-user reports its -cpu model's:
+// scripts/test-aarch64.sh runs the tests on a model with and one without
+// the extensions).
+TEST(Dispatch, NeonLevelsFollowHwcaps) {
+  const unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+  EXPECT_TRUE(isa_supported(Isa::Neon));  // every AArch64 CPU
+  EXPECT_EQ(isa_supported(Isa::NeonDot), (hwcap & HWCAP_ASIMDDP) != 0);
+  EXPECT_EQ(isa_supported(Isa::NeonBf16),
+            (hwcap & HWCAP_ASIMDDP) != 0 && (hwcap2 & HWCAP2_BF16) != 0);
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) EXPECT_FALSE(isa_supported(isa));
+  // What the CPU model has, in the log of the run.
+  std::printf("hwcaps: asimddp %d bf16 %d; best isa %s\n", (hwcap & HWCAP_ASIMDDP) != 0,
+              (hwcap2 & HWCAP2_BF16) != 0, isa_name(best_isa()));
+}
+#endif
 
 TEST(Dispatch, SetIsaSelectsOrRejects) {
   for (Isa isa : kAllIsas) {

@@ -218,6 +218,7 @@ TEST_P(QuantLinear, LinearMultiWithInt8OutputsEqualsSeparateCalls) {
 INSTANTIATE_TEST_SUITE_P(AllIsas, QuantLinear, ::testing::ValuesIn(supported_isas()),
                          isa_test_name);
 
+#if defined(__x86_64__)
 TEST(QuantLinearKernels, Avx512UsesVnniWhenTheCpuHasIt) {
   // The VNNI kernel is the one under test on such a CPU (not silently the
   // AVX2 fallback), under both AVX-512 levels.
@@ -233,6 +234,22 @@ TEST(QuantLinearKernels, Avx512UsesVnniWhenTheCpuHasIt) {
   set_isa(best_isa());
   if (levels == 0) GTEST_SKIP() << "no AVX-512 on this CPU";
 }
+#endif
+
+#if defined(__aarch64__)
+TEST(QuantLinearKernels, NeonLevelsPickTheirDotProduct) {
+  // The sdot kernel is the one under test from NeonDot up (not silently
+  // the smull one), and plain Neon keeps smull.
+  set_isa(Isa::Neon);
+  EXPECT_EQ(std::string(int8_kernel_name()), "neon");
+  for (const Isa isa : {Isa::NeonDot, Isa::NeonBf16}) {
+    if (!isa_supported(isa)) continue;
+    set_isa(isa);
+    EXPECT_EQ(std::string(int8_kernel_name()), "neon-sdot") << isa_name(isa);
+  }
+  set_isa(best_isa());
+}
+#endif
 
 }  // namespace
 }  // namespace pagoda::ops::testing

@@ -291,6 +291,8 @@ const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();
 const KernelTable& avx512_kernels();
 const KernelTable& avx512bf16_kernels();  // avx512 + vdpbf16ps linears
+const KernelTable& neon_kernels();        // AArch64
+const KernelTable& neon_bf16_kernels();   // neon + bfdot linears
 
 // linear over packed bf16 weights (panels [p0, p1)) for ISAs without a
 // native kernel: f32 activations, weights widened (packed.cpp).

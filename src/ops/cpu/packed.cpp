@@ -31,16 +31,18 @@ Matrix pack_matrix(const Matrix& src, void* out) {
   auto* words = static_cast<uint32_t*>(out);
   // The AVX-512 gather packer where the selected kernels are AVX-512 BF16
   // ones (it needs AVX-512F); the plain loop elsewhere.
-  const bool gather = cpu::active_kernels().linear_bf16_packed != nullptr;
+  [[maybe_unused]] const bool gather = cpu::active_kernels().linear_bf16_packed != nullptr;
   parallel_for(packed_panels(src.rows), 1, [&](int64_t p0, int64_t p1) {
     for (int64_t panel = p0; panel < p1; ++panel) {
       uint32_t* dst = words + panel * words_per_row * kPackedCols;
       const int64_t row0 = panel * kPackedCols;
       const int64_t count = std::min(kPackedCols, src.rows - row0);
+#if defined(__x86_64__)  // the only gather packer: avx512bf16's
       if (gather) {
         cpu::avx512bf16_impl::pack_panel(in + row0 * words_per_row, count, words_per_row, dst);
         continue;
       }
+#endif
       // memcpy: a checkpoint's bf16 tensor may be only 2-byte aligned.
       for (int64_t p = 0; p < words_per_row; ++p) {
         for (int64_t c = 0; c < kPackedCols; ++c) {

@@ -37,6 +37,10 @@ const QuantKernelTable& avx2_quant_kernels();
 const QuantKernelTable* avx512_vnni_quant_kernels();
 // Null when the CPU (or compiler) has no AVX-VNNI (256-bit vpdpbusd).
 const QuantKernelTable* avx_vnni_quant_kernels();
+// AArch64: widening multiplies (smull) on any NEON CPU, sdot where the CPU
+// has the dot-product extension (dispatch checks).
+const QuantKernelTable& neon_quant_kernels();
+const QuantKernelTable& neon_dot_quant_kernels();
 
 // The table for the ISA chosen by set_isa: Avx512 uses VNNI when the CPU
 // has it and the AVX2 kernels otherwise.
