@@ -224,7 +224,7 @@ test("bad input gets the right 4xx and a JSON error; the server still works", as
     ["/v1/completions", JSON.stringify({ prompt: "hi", allowed_token_ids: [99999] }), 400, "allowed_token_ids"],
     ["/v1/completions", JSON.stringify({ prompt: "hi", bad_words: "once" }), 400, "bad_words"],
     ["/v1/completions", JSON.stringify({ prompt: "hi", best_of: 3 }), 400, "best_of"],
-    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "hi" }], response_format: { type: "json_object" } }), 400, "response_format"],
+    ["/v1/completions", JSON.stringify({ prompt: "hi", response_format: { type: "xml" } }), 400, "response_format"],
     ["/v1/completions", JSON.stringify({ prompt: "hi", stop: Array(1025).fill("x") }), 400, "stop"],
   ];
   for (const [path, body, status, param] of cases) {
