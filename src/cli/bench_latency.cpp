@@ -51,6 +51,7 @@ struct LatencyArgs : BenchModelArgs {
 
 struct Run {
   double prefill_s = 0, decode_s = 0;
+  double decode_model_s = 0;  // of decode_s, in the model's forward passes
   int64_t decode_steps = 0;
   int64_t kv_bytes_held = 0;      // --context-len: the requests' pages once the contexts are in
   int64_t kv_bytes_reserved = 0;  // ... and the pools' used blocks x page bytes x slots
@@ -100,6 +101,7 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   const auto t0 = Clock::now();
   int started = 0;
   auto t_first = t0;
+  double model_s_first = engine.model_seconds();
   while (engine.has_unfinished()) {
     for (const RequestOutput& out : engine.step()) {
       if (out.token_ids.size() == out.new_token_ids.size() && !out.new_token_ids.empty()) ++started;
@@ -113,14 +115,17 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
     }
     if (started < a.batch) {
       t_first = Clock::now();
+      model_s_first = engine.model_seconds();
     } else if (r.prefill_s == 0) {
       t_first = Clock::now();
+      model_s_first = engine.model_seconds();
       r.prefill_s = std::chrono::duration<double>(t_first - t0).count();
     } else {
       ++r.decode_steps;
     }
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
+  r.decode_model_s = engine.model_seconds() - model_s_first;
   return r;
 }
 
@@ -231,7 +236,7 @@ int run_latency(LatencyArgs& a) {
   }
 
   std::mt19937_64 rng(a.seed);
-  std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms;
+  std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms, engine_ms;
   int64_t kv_bytes_held = 0, kv_bytes_reserved = 0;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
     const Run r = run_once(engine, a, rng, i);
@@ -249,6 +254,7 @@ int run_latency(LatencyArgs& a) {
     if (r.decode_steps > 0) {
       decode_tps.push_back(static_cast<double>(a.batch) * r.decode_steps / r.decode_s);
       step_ms.push_back(1e3 * r.decode_s / r.decode_steps);
+      engine_ms.push_back(1e3 * (r.decode_s - r.decode_model_s) / r.decode_steps);
     }
   }
   const int64_t peak_rss = std::max(load_peak_rss, peak_rss_bytes());
@@ -258,6 +264,8 @@ int run_latency(LatencyArgs& a) {
   const bool decoded = !decode_tps.empty();
   const double med_decode = decoded ? median(decode_tps) : 0;
   const double med_step_ms = decoded ? median(step_ms) : 0;
+  // The step's time outside the model's forward pass (LLMEngine::model_seconds).
+  const double med_engine_ms = decoded ? median(engine_ms) : 0;
   auto if_decoded = [decoded](double v) { return decoded ? nlohmann::json(v) : nlohmann::json(); };
 
   // Decode step: the weights once, plus every sequence's K/V (of the cache's
@@ -285,6 +293,7 @@ int run_latency(LatencyArgs& a) {
                       {"prefill_tokens_per_s", med_prefill},
                       {"decode_tokens_per_s", if_decoded(med_decode)},
                       {"decode_ms_per_step", if_decoded(med_step_ms)},
+                      {"decode_engine_ms_per_step", if_decoded(med_engine_ms)},
                       {"weight_bytes_per_step", weight_bytes},
                       {"decode_bytes_per_step", step_bytes},
                       {"decode_flops_per_step", step_flops},
@@ -374,6 +383,9 @@ int run_latency(LatencyArgs& a) {
   }
   std::printf("weights: %s, %.1f MB read per decode step\n", weights_summary(engine).c_str(),
               weight_bytes * 1e-6);
+  if (decoded) {
+    std::printf("engine outside the model: %.3f ms per decode step\n", med_engine_ms);
+  }
   if (decoded && with_context) {
     std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
                 step_bytes * 1e-6);

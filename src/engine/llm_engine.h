@@ -81,7 +81,8 @@ struct RequestMetrics {
   double e2e_latency_s = 0;
 };
 
-// A request's state after a step: cumulative ids and text, plus what is new.
+// A request's state after a step: cumulative ids and text, plus what is new
+// (SamplingParams::output_kind: Delta outputs carry only what is new).
 struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> prompt_ids;
@@ -127,6 +128,10 @@ class LLMEngine {
   std::string indexer_cache_label() const { return model_->indexer_cache_label(kv_cache_dtype()); }
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
+  // Seconds spent in the model's forward passes (ModelRunner::execute) so
+  // far: a step's time less this is the engine's own work (scheduling,
+  // sampling, outputs), which bench latency reports per decode step.
+  double model_seconds() const { return model_seconds_; }
 
   // Throws InputError for bad params, an empty or too long prompt or token
   // ids outside the vocabulary. Reads only immutable state: safe to call
@@ -185,6 +190,9 @@ class LLMEngine {
   // Fills the prompt logprob entries whose logits rows this step computed.
   void score_prompt_rows(const SchedulerOutput& sched);
   RequestOutput make_output(Request& r, size_t num_new_tokens);
+  // Appends make_output(r, ...) unless r's output_kind holds it back
+  // (FinalOnly before the request finishes).
+  void emit_output(std::vector<RequestOutput>& outputs, Request& r, size_t num_new_tokens);
   void finish(Request& r, FinishReason reason);
 
   EngineOptions options_;
@@ -208,6 +216,7 @@ class LLMEngine {
     int32_t row;
   };
   std::vector<PromptRowTask> prompt_row_tasks_;
+  double model_seconds_ = 0;
 };
 
 }  // namespace pagoda

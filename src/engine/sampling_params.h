@@ -9,6 +9,15 @@
 
 namespace pagoda {
 
+// vLLM's RequestOutputKind: what the RequestOutputs of a request carry.
+// Cumulative: everything so far at every step (token_ids, text, logprobs,
+// prompt_ids: a step's copying grows with the sequence). Delta: what the
+// step added only (token_ids = new_token_ids, text = new_text, the new
+// tokens' logprobs; prompt_ids on the request's first output only), so a
+// step costs the same at any length: for streaming. FinalOnly: no output
+// until the request finishes, then one cumulative output.
+enum class RequestOutputKind { Cumulative, Delta, FinalOnly };
+
 struct SamplingParams {
   float temperature = 1.0f;             // 0 = greedy
   float top_p = 1.0f;                   // (0, 1]
@@ -43,6 +52,7 @@ struct SamplingParams {
   // Scheduling priority, as in vLLM: lower values are admitted first and
   // preempted last. Only with SchedulingPolicy::Priority; 0 otherwise.
   int priority = 0;
+  RequestOutputKind output_kind = RequestOutputKind::Cumulative;
 
   bool greedy() const { return temperature == 0.0f; }
   // Throws InputError naming the bad field and its allowed range.
