@@ -25,6 +25,7 @@
 // against the read bandwidth.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -47,6 +48,7 @@ struct LatencyArgs : BenchModelArgs {
   int warmup = 1;
   bool no_roofline = false;
   int64_t context_len = 0;  // 0: prefill --input-len; N: N positions taken as computed
+  RequestOutputKind output_kind = RequestOutputKind::Delta;
 };
 
 struct Run {
@@ -80,6 +82,7 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   params.temperature = 0;
   params.max_tokens = a.output_len;
   params.ignore_eos = true;
+  params.output_kind = a.output_kind;
   for (int i = 0; i < a.batch; ++i) {
     std::vector<int32_t> prompt(a.input_len);
     for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % (vocab - 3));
@@ -104,7 +107,8 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   double model_s_first = engine.model_seconds();
   while (engine.has_unfinished()) {
     for (const RequestOutput& out : engine.step()) {
-      if (out.token_ids.size() == out.new_token_ids.size() && !out.new_token_ids.empty()) ++started;
+      const auto num_new = static_cast<int64_t>(out.new_token_ids.size());
+      if (num_new > 0 && out.metrics.num_output_tokens == num_new) ++started;
     }
     // A context taken as computed is never recomputed: a step of more than
     // one token per request (a preemption's recompute) would time a prefill.
@@ -448,6 +452,16 @@ Runner add_bench_latency(CLI::App& bench) {
                   "times --output-len - 1 decode steps after the first")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->excludes(cmd->get_option("--input-len"));
+  cmd->add_option("--output-kind", args->output_kind,
+                  "What the engine's per-step outputs carry (vLLM's RequestOutputKind): delta "
+                  "(the step's new tokens) or cumulative (everything so far, copied every step); "
+                  "the engine time per decode step includes building them")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, RequestOutputKind>{
+              {"delta", RequestOutputKind::Delta},
+              {"cumulative", RequestOutputKind::Cumulative}},
+          CLI::ignore_case))
+      ->default_str("delta");
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_latency(*args); });

@@ -452,6 +452,8 @@ RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
   return out;
 }
 
+double LLMEngine::model_seconds() const { return runner_->forward_seconds(); }
+
 void LLMEngine::emit_output(std::vector<RequestOutput>& outputs, Request& r,
                             size_t num_new_tokens) {
   if (r.params.output_kind == RequestOutputKind::FinalOnly && !r.finished()) return;
@@ -496,9 +498,7 @@ std::vector<RequestOutput> LLMEngine::step() {
 
   const SchedulerOutput sched = scheduler_->schedule();
   if (sched.empty()) return outputs;
-  const auto model_start = Clock::now();
   runner_->execute(sched, &step_rows_);
-  model_seconds_ += seconds_between(model_start, Clock::now());
   scheduler_->on_step_done(sched);
   score_prompt_rows(sched);
 

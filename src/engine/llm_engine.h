@@ -128,10 +128,10 @@ class LLMEngine {
   std::string indexer_cache_label() const { return model_->indexer_cache_label(kv_cache_dtype()); }
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
-  // Seconds spent in the model's forward passes (ModelRunner::execute) so
-  // far: a step's time less this is the engine's own work (scheduling,
-  // sampling, outputs), which bench latency reports per decode step.
-  double model_seconds() const { return model_seconds_; }
+  // Seconds spent in the model's forward passes so far
+  // (ModelRunner::forward_seconds): a step's time less this is the
+  // engine's own work, which bench latency reports per decode step.
+  double model_seconds() const;
 
   // Throws InputError for bad params, an empty or too long prompt or token
   // ids outside the vocabulary. Reads only immutable state: safe to call
@@ -216,7 +216,6 @@ class LLMEngine {
     int32_t row;
   };
   std::vector<PromptRowTask> prompt_row_tasks_;
-  double model_seconds_ = 0;
 };
 
 }  // namespace pagoda
