@@ -44,13 +44,26 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
   }
   std::vector<RequestOutput> results(prompts.size());
   size_t done = 0;
-  while (engine_.has_unfinished()) {
-    for (RequestOutput& out : engine_.step()) {
-      if (!out.finished) continue;
-      results[index.at(out.request_id)] = std::move(out);
-      ++done;
+  try {
+    while (engine_.has_unfinished()) {
+      for (RequestOutput& out : engine_.step()) {
+        if (!out.finished) continue;
+        results[index.at(out.request_id)] = std::move(out);
+        ++done;
+      }
+      if (progress) progress(done, prompts.size());
     }
-    if (progress) progress(done, prompts.size());
+  } catch (...) {
+    // The progress callback interrupted the call (Python's Ctrl-C) or a
+    // step failed: abort what is left, so its KV blocks go back to the pool
+    // and the engine serves the next call.
+    for (const auto& [id, i] : index) {
+      if (!results[i].finished) engine_.abort_request(id);
+    }
+    do {
+      engine_.step();  // reports (and forgets) the aborted requests
+    } while (engine_.has_unfinished());
+    throw;
   }
   return results;
 }

@@ -27,7 +27,9 @@ class LLM {
  public:
   explicit LLM(const std::string& model_dir, const EngineOptions& options = {});
 
-  // Called after every step with (finished requests, total requests).
+  // Called after every step with (finished requests, total requests). If it
+  // throws, generate() aborts its unfinished requests (their KV blocks are
+  // freed) and rethrows: how a caller interrupts a long call.
   using Progress = std::function<void(size_t done, size_t total)>;
 
   // One output per prompt, in prompt order. `params` holds one entry for all

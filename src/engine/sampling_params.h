@@ -55,6 +55,15 @@ struct SamplingParams {
   RequestOutputKind output_kind = RequestOutputKind::Cumulative;
 
   bool greedy() const { return temperature == 0.0f; }
+  // The parameters of choice `index` of n samples of one prompt (OpenAI's
+  // and vLLM's n): a seeded request gets seed + index, so the choices
+  // differ and each is reproducible. The server and the Python package's
+  // n both expand requests with this.
+  SamplingParams for_choice(int index) const {
+    SamplingParams p = *this;
+    if (p.seed) p.seed = *p.seed + static_cast<uint64_t>(index);
+    return p;
+  }
   // Throws InputError naming the bad field and its allowed range.
   void validate() const;
   // As validate(), plus the token ids of logit_bias, allowed_token_ids and

@@ -74,8 +74,8 @@ std::string cut_after_final_message(const std::string& rendered, const ChatPromp
 
 }  // namespace
 
-std::vector<int32_t> chat_prompt_ids(const Tokenizer& tokenizer, const std::string& chat_template,
-                                     const ChatPrompt& p) {
+std::string chat_prompt_text(const Tokenizer& tokenizer, const std::string& chat_template,
+                             const ChatPrompt& p) {
   if (chat_template.empty()) {
     throw bad_request(
         "this model has no chat template (tokenizer_config.json chat_template); use "
@@ -96,6 +96,12 @@ std::vector<int32_t> chat_prompt_ids(const Tokenizer& tokenizer, const std::stri
     throw bad_request(std::string("chat template: ") + e.what(), "messages");
   }
   if (p.continue_final_message) text = cut_after_final_message(text, p);
+  return text;
+}
+
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tokenizer, const std::string& chat_template,
+                                     const ChatPrompt& p) {
+  const std::string text = chat_prompt_text(tokenizer, chat_template, p);
   // The template writes BOS and other specials where they belong; the
   // tokenizer adds its own only when asked (vLLM's add_special_tokens).
   return tokenizer.encode(text, p.add_special_tokens);

@@ -161,7 +161,7 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
     }
     sub.prompt_tokens.push_back(len);
     for (int c = 0; c < req.n; ++c) {
-      SamplingParams params = req.sampling;
+      SamplingParams params = req.sampling.for_choice(c);  // distinct choices, reproducible
       params.bad_words_token_ids = bad_words;
       // DeepSeek writes its tool-call markers as special tokens: the
       // parser must see them (vLLM's tool parsers do the same).
@@ -172,8 +172,6 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
       params.logprobs = req.top_logprobs;
       // Scored only when the response carries them (streams do not).
       params.prompt_logprobs = sub.prompt_logprobs ? req.prompt_logprobs : -1;
-      if (params.seed)
-        params.seed = *params.seed + static_cast<uint64_t>(c);  // distinct choices, reproducible
       const std::string rid = id + "-" + std::to_string(p) + "-" + std::to_string(c);
       try {
         sub.streams.push_back(ctx.engine.submit(rid, prompts[p], params));

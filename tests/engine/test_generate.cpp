@@ -118,6 +118,27 @@ TEST(Generate, BadPromptIsRefusedBeforeAnyWork) {
   EXPECT_EQ(llm.engine().num_free_kv_blocks(), llm.engine().num_kv_blocks());
 }
 
+// A progress callback that throws (how the Python package turns Ctrl-C into
+// KeyboardInterrupt) ends the call with every request aborted: the KV
+// blocks are back in the pool and the next call gives what a fresh engine
+// gives (before the fix the aborts leaked into that call's steps).
+TEST(Generate, ThrowingProgressAbortsTheCallAndFreesItsBlocks) {
+  LLM llm(PAGODA_MODELS_DIR "/stories260k");
+  const auto expected = llm.generate({"Once upon a time"}, greedy(16))[0].token_ids;
+  struct Interrupt {};
+  int steps = 0;
+  const std::vector<Prompt> prompts(8, Prompt::from_text("The little dog"));
+  EXPECT_THROW(llm.generate(prompts, {test::greedy(200, /*ignore_eos=*/true)},
+                            [&](size_t, size_t) {
+                              if (++steps == 5) throw Interrupt{};
+                            }),
+               Interrupt);
+  EXPECT_EQ(steps, 5);
+  EXPECT_FALSE(llm.engine().has_unfinished());
+  EXPECT_EQ(llm.engine().num_free_kv_blocks(), llm.engine().num_kv_blocks());
+  EXPECT_EQ(llm.generate({"Once upon a time"}, greedy(16))[0].token_ids, expected);
+}
+
 TEST(Generate, SeededSamplingIsReproducible) {
   LLM llm(PAGODA_MODELS_DIR "/stories260k");
   SamplingParams p;
