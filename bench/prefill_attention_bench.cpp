@@ -2,7 +2,7 @@
 // new tokens at the end of a `context`-token prompt (the costliest chunk of
 // a chunked prefill), Qwen3-0.6B's shape (16 q / 8 kv heads, head_dim 128,
 // blocks of 16 in shuffled order), bf16 cache; the flash path
-// (ops::flash_prefill_attention) and the f32 path in interleaved rounds.
+// (ops::flash_attention_enabled) and the f32 path in interleaved rounds.
 // Prints ms per layer and GFLOP/s (q.k and p.v, 2 FLOPs a multiply-add,
 // over each row's causal keys) against the bf16 dot-product peak measured
 // in the same run.
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   };
   double cpu_s = 0;
   auto time_once = [&](bool flash) {
-    ops::set_flash_prefill_attention(flash);
+    ops::set_flash_attention(flash);
     const double c0 = cpu_now();
     const auto t0 = std::chrono::steady_clock::now();
     ops::paged_attention(q.data(), k.data(), v.data(), layout, b, q_heads, scale, out.data());

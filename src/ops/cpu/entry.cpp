@@ -162,13 +162,13 @@ void add_rms_norm(float* residual, const float* x, const float* weight, int64_t 
 
 namespace {
 
-std::atomic<bool> flash_prefill_on{true};  // relaxed: set between forward passes
+std::atomic<bool> flash_attention_on{true};  // relaxed: set between forward passes
 
-// Work items of the flash path: row tiles of the sequences that take it x
-// kv heads (one tile = rows x the kv head's whole GQA group).
-void flash_prefill(const float* q, const void* k_cache, const void* v_cache, const KVLayout& layout,
-                   const AttentionBatch& batch, int num_q_heads, float scale, float* out,
-                   const std::vector<char>& flash_seq) {
+// Work items of the flash path: row tiles of every sequence x kv heads (one
+// tile = rows x the kv head's whole GQA group).
+void flash_attention_tiles(const float* q, const void* k_cache, const void* v_cache,
+                           const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
+                           float scale, float* out) {
   const int hd = layout.head_dim, kv_heads = layout.num_kv_heads, bs = layout.block_size;
   const int group = num_q_heads / kv_heads;
   const int tile_rows = cpu::kFlashQueries / group;
@@ -181,7 +181,6 @@ void flash_prefill(const float* q, const void* k_cache, const void* v_cache, con
   tiles.clear();
   const int32_t* qsl = batch.query_start_loc;
   for (int s = 0; s < batch.num_seqs; ++s) {
-    if (!flash_seq[s]) continue;
     const int64_t num_new = qsl[s + 1] - qsl[s];
     for (int64_t r = 0; r < num_new; r += tile_rows) {
       const int rows = static_cast<int>(std::min<int64_t>(tile_rows, num_new - r));
@@ -229,8 +228,8 @@ void flash_prefill(const float* q, const void* k_cache, const void* v_cache, con
 
 }  // namespace
 
-void set_flash_prefill_attention(bool on) { flash_prefill_on.store(on, std::memory_order_relaxed); }
-bool flash_prefill_attention() { return flash_prefill_on.load(std::memory_order_relaxed); }
+void set_flash_attention(bool on) { flash_attention_on.store(on, std::memory_order_relaxed); }
+bool flash_attention_enabled() { return flash_attention_on.load(std::memory_order_relaxed); }
 
 void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
@@ -248,20 +247,14 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                  "paged_attention: sequence {} has {} new of {} keys, {} blocks max", s, num_new,
                  len, batch.max_blocks_per_seq);
   }
-  // Long prompt chunks over a bf16 cache: flash tiles (ops.h, Numerics).
+  // Every row over a bf16 cache: flash tiles (ops.h, Numerics). The choice
+  // depends on the layout and ISA only, never on how many rows a sequence
+  // computes this step, so chunking and prefix-cache hits keep the bits.
   const cpu::KernelTable& kt = cpu::active_kernels();
-  thread_local std::vector<char> flash_list;
-  std::vector<char>& flash_seq = flash_list;
-  flash_seq.assign(batch.num_seqs, 0);
-  if (kt.attention_bf16_flash && flash_prefill_attention() && layout.dtype == DType::BF16 &&
+  if (kt.attention_bf16_flash && flash_attention_enabled() && layout.dtype == DType::BF16 &&
       hd % 32 == 0 && num_q_heads / kv_heads <= cpu::kFlashQueries) {
-    bool any = false;
-    for (int s = 0; s < batch.num_seqs; ++s) {
-      flash_seq[s] =
-          batch.query_start_loc[s + 1] - batch.query_start_loc[s] >= kFlashPrefillMinRows;
-      any = any || flash_seq[s];
-    }
-    if (any) flash_prefill(q, k_cache, v_cache, layout, batch, num_q_heads, scale, out, flash_seq);
+    flash_attention_tiles(q, k_cache, v_cache, layout, batch, num_q_heads, scale, out);
+    return;
   }
   // Tiles: up to kMaxTileQueries queries = tile_rows consecutive rows of a
   // sequence x tile_heads q heads of one kv head, so K/V chunks are read
@@ -281,7 +274,6 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   tiles.clear();
   const int32_t* qsl = batch.query_start_loc;
   for (int s = 0; s < batch.num_seqs; ++s) {
-    if (flash_seq[s]) continue;
     const int64_t num_new = qsl[s + 1] - qsl[s];
     for (int64_t r = 0; r < num_new; r += tile_rows) {
       const int rows = static_cast<int>(std::min<int64_t>(tile_rows, num_new - r));
