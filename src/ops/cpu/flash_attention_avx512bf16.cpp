@@ -45,11 +45,15 @@ constexpr int kPairs = kKeys / 2;
 // Running max before a query has seen a key: finite, so the first rescale
 // is exp(-1e30 - max) = 0 rather than exp(-inf + inf) = NaN.
 constexpr float kNoMax = -1e30f;
+// Tiles of at most this many queries accumulate P . V with head_dim across
+// the lanes (value_lane): fewer instructions than one lane per query while
+// count x head_dim / 16 < head_dim.
+constexpr int kFewQueries = 8;
 
 // The tile's scratch (cpu::flash_scratch_floats), 64-byte aligned pieces.
 struct Scratch {
   uint32_t* qp;  // [hd / 2][kQ]: q pairs
-  float* o;      // [hd][kQ]: unnormalised output, transposed
+  float* o;      // unnormalised output: [hd][kQ] (transposed), or [kQ][hd] by_lane
   float* s;      // [kKeys][kQ]: scores, then weights
   uint32_t* pp;  // [kPairs][kQ]: weight pairs
   uint32_t* vp;  // [kPairs][hd]: V rows interleaved by key pairs
@@ -123,6 +127,27 @@ PAGODA_BF16_TARGET inline void value_rows(const uint32_t* pp, const uint32_t* vp
   }
 }
 
+// The same sums with head_dim across the lanes, for tiles of few queries
+// (decode: a GQA group's heads of one row): O[i][d0, d0 + 16 DV) += P . V
+// for query i. Each lane does what value_rows does for (d, i) (one dp per
+// key pair, pairs in order, the same operands), so the bits are the same;
+// only the instruction count falls from hd to count x hd / 16 per pair.
+template <int DV>
+PAGODA_BF16_TARGET inline void value_lane(const uint32_t* pp, const uint32_t* vp, int hd, int pairs,
+                                          float* o_lane, int i, int d0) {
+  __m512 acc[DV];
+#pragma GCC unroll 8
+  for (int c = 0; c < DV; ++c) acc[c] = _mm512_load_ps(o_lane + d0 + 16 * c);
+  for (int p = 0; p < pairs; ++p) {
+    const __m512i pb = _mm512_set1_epi32(static_cast<int32_t>(pp[p * kQ + i]));
+#pragma GCC unroll 8
+    for (int c = 0; c < DV; ++c)
+      acc[c] = dot(acc[c], pb, _mm512_loadu_si512(vp + p * hd + d0 + 16 * c));
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < DV; ++c) _mm512_store_ps(o_lane + d0 + 16 * c, acc[c]);
+}
+
 // Rows j and j + 1 of 32 bf16 values each, interleaved: element 2i of the
 // first result is a[i], 2i + 1 is b[i] (i < 16); the second holds i >= 16.
 PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t* b,
@@ -141,6 +166,7 @@ PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t
 struct Lanes {
   int count;                              // rows * heads
   int nv;                                 // query vectors, ceil(count / 16)
+  bool by_lane;                           // output as [kQ][hd] (value_lane)
   __m512i first[kQ / 16], last[kQ / 16];  // visible keys per lane
 };
 
@@ -215,9 +241,21 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile& a, const Lanes& 
       if (grew) {
         const __m512 corr = vexp(_mm512_sub_ps(old, mx));
         _mm512_store_ps(st.l + vi * 16, _mm512_mul_ps(_mm512_load_ps(st.l + vi * 16), corr));
-        for (int d = 0; d < hd; ++d) {
-          float* od = st.o + d * kQ + vi * 16;
-          _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), corr));
+        if (lanes.by_lane) {
+          alignas(64) float c16[16];
+          _mm512_store_ps(c16, corr);
+          for (int i = 0; i < lanes.count; ++i) {
+            const __m512 ci = _mm512_set1_ps(c16[i]);
+            for (int d = 0; d < hd; d += 16) {
+              float* od = st.o + i * hd + d;
+              _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), ci));
+            }
+          }
+        } else {
+          for (int d = 0; d < hd; ++d) {
+            float* od = st.o + d * kQ + vi * 16;
+            _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), corr));
+          }
         }
         _mm512_store_ps(st.m + vi * 16, mx);
       }
@@ -246,7 +284,19 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile& a, const Lanes& 
       for (int d = 0; d < hd; d += 32)
         interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
     }
-    for (int d = 0; d < hd; d += 4) value_rows<NV, 4>(st.pp, st.vp, hd, np, st.o, d);
+    if (lanes.by_lane) {
+      for (int i = 0; i < lanes.count; ++i) {
+        for (int d = 0; d < hd; d += 128) {
+          if (hd - d >= 128) {
+            value_lane<8>(st.pp, st.vp, hd, np, st.o + i * hd, i, d);
+          } else {
+            for (int dd = d; dd < hd; dd += 32) value_lane<2>(st.pp, st.vp, hd, np, st.o + i * hd, i, dd);
+          }
+        }
+      }
+    } else {
+      for (int d = 0; d < hd; d += 4) value_rows<NV, 4>(st.pp, st.vp, hd, np, st.o, d);
+    }
   }
 }
 
@@ -273,6 +323,8 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
   Lanes lanes;
   lanes.count = a.rows * a.heads;
   lanes.nv = (lanes.count + 15) / 16;
+  // Few queries (decode rows): head_dim across the lanes for P . V.
+  lanes.by_lane = lanes.count <= kFewQueries;
   alignas(64) int32_t first[kQ], last[kQ];
   for (int i = 0; i < kQ; ++i) {
     const int r = i < lanes.count ? i / a.heads : 0;
@@ -315,7 +367,11 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
   for (int i = 0; i < lanes.count; ++i) {
     float* out = a.out + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd;
     const float inv = 1.0f / st.l[i];
-    for (int d = 0; d < hd; ++d) out[d] = st.o[d * kQ + i] * inv;
+    if (lanes.by_lane) {
+      for (int d = 0; d < hd; ++d) out[d] = st.o[i * hd + d] * inv;
+    } else {
+      for (int d = 0; d < hd; ++d) out[d] = st.o[d * kQ + i] * inv;
+    }
   }
 }
 
