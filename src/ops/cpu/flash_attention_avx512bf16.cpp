@@ -1,4 +1,5 @@
-// Flash-attention prefill tiles over a bf16 paged KV cache (AVX-512 BF16).
+// Flash-attention tiles over a bf16 paged KV cache (AVX-512 BF16): prompt
+// chunks and decode rows alike.
 //
 // A tile is up to kFlashQueries queries: consecutive query rows of one
 // sequence x the q heads of one kv head (a GQA group), so every K/V row read
@@ -20,8 +21,9 @@
 // changes nothing of its lane (weights exactly 0, max unchanged, rescale by
 // exactly 1). So all rows computed here agree bit for bit however the
 // batch is cut; they differ from the f32 kernel (kernels_impl.h) by the
-// bf16 rounding of q and p, which is why entry.cpp takes this path only
-// for long prompt chunks (ops.h paged_attention).
+// bf16 rounding of q and p, which is why entry.cpp sends every row over a
+// bf16 cache here or none (ops.h paged_attention): never a choice by the
+// step's row count, which scheduling and prefix-cache hits change.
 #include <immintrin.h>
 
 #include <cstdint>

@@ -57,7 +57,7 @@ constexpr int64_t attention_scratch_floats(int64_t hd) {
   return kMaxTileQueries * (hd + kKeyChunk + 2);
 }
 
-// Flash-attention prefill tiles (flash_attention_avx512bf16.cpp): up to
+// Flash-attention tiles (flash_attention_avx512bf16.cpp): up to
 // kFlashQueries queries (rows x the q heads of one kv head, kv_heads = 1)
 // per tile, keys in blocks of kFlashKeys positions of an absolute grid;
 // head_dim a multiple of 32.
@@ -216,7 +216,7 @@ struct KernelTable {
   // scratch holds attention_scratch_floats(head_dim).
   void (*attention)(const AttentionTile& a, float* scratch);
   void (*attention_bf16_kv)(const AttentionTile& a, float* scratch);
-  // Flash-attention prefill tile over a bf16 KV cache with bf16 dot
+  // Flash-attention tile over a bf16 KV cache with bf16 dot
   // products (kFlashQueries, kFlashKeys above; q and the softmax weights
   // rounded to bf16); null where the ISA has none. scratch holds
   // flash_scratch_floats(head_dim).
@@ -313,7 +313,7 @@ void linear_packed_portable(const float* x, int64_t m, const Matrix& w, int64_t 
 namespace avx512bf16_impl {  // packed_avx512bf16.cpp
 void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
                    int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1);
-// A flash-attention prefill tile (flash_attention_avx512bf16.cpp).
+// A flash-attention tile (flash_attention_avx512bf16.cpp).
 void flash_attention(const AttentionTile& a, float* scratch);
 // One panel from `count` (<= kPackedCols) row-major rows of `pairs` words.
 void pack_panel(const uint32_t* rows, int64_t count, int64_t pairs, uint32_t* panel);
