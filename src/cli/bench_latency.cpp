@@ -32,6 +32,7 @@
 // look up (an editing-like workload) where the model repeats it.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -57,10 +58,12 @@ struct LatencyArgs : BenchModelArgs {
   int prompt_period = 0;    // > 0: the prompt repeats a random sequence of this many tokens
   float temperature = 0;    // 0: greedy; else sampled (seeded per request)
   int prompt_alphabet = 0;  // > 0: prompt tokens drawn from this many distinct random ids
+  RequestOutputKind output_kind = RequestOutputKind::Delta;
 };
 
 struct Run {
   double prefill_s = 0, decode_s = 0;
+  double decode_model_s = 0;  // of decode_s, in the model's forward passes
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;      // emitted in the decode steps (several a step when speculating)
   int64_t kv_bytes_held = 0;      // --context-len: the requests' pages once the contexts are in
@@ -90,6 +93,7 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   params.temperature = a.temperature;
   params.max_tokens = a.output_len;
   params.ignore_eos = true;
+  params.output_kind = a.output_kind;
   for (int i = 0; i < a.batch; ++i) {
     std::vector<int32_t> prompt(a.input_len);
     for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % (vocab - 3));
@@ -121,11 +125,13 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   int started = 0;
   auto t_first = t0;
   const bool speculating = engine.options().speculative_config.has_value();
+  double model_s_first = engine.model_seconds();
   while (engine.has_unfinished()) {
     int64_t emitted = 0;
     for (const RequestOutput& out : engine.step()) {
-      if (out.token_ids.size() == out.new_token_ids.size() && !out.new_token_ids.empty()) ++started;
-      emitted += static_cast<int64_t>(out.new_token_ids.size());
+      const auto num_new = static_cast<int64_t>(out.new_token_ids.size());
+      if (num_new > 0 && out.metrics.num_output_tokens == num_new) ++started;
+      emitted += num_new;
     }
     if (r.prefill_s > 0) r.decode_tokens += emitted;
     // A context taken as computed is never recomputed: a step of more than
@@ -138,14 +144,17 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
     }
     if (started < a.batch) {
       t_first = Clock::now();
+      model_s_first = engine.model_seconds();
     } else if (r.prefill_s == 0) {
       t_first = Clock::now();
+      model_s_first = engine.model_seconds();
       r.prefill_s = std::chrono::duration<double>(t_first - t0).count();
     } else {
       ++r.decode_steps;
     }
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
+  r.decode_model_s = engine.model_seconds() - model_s_first;
   return r;
 }
 
@@ -228,7 +237,7 @@ int run_latency(LatencyArgs& a) {
   }
 
   std::mt19937_64 rng(a.seed);
-  std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms;
+  std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms, engine_ms;
   int64_t kv_bytes_held = 0, kv_bytes_reserved = 0;
   SpecDecodeStats spec_before;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
@@ -248,6 +257,7 @@ int run_latency(LatencyArgs& a) {
     if (r.decode_steps > 0) {
       decode_tps.push_back(static_cast<double>(r.decode_tokens) / r.decode_s);
       step_ms.push_back(1e3 * r.decode_s / r.decode_steps);
+      engine_ms.push_back(1e3 * (r.decode_s - r.decode_model_s) / r.decode_steps);
     }
   }
   const int64_t peak_rss = std::max(load_peak_rss, peak_rss_bytes());
@@ -257,6 +267,8 @@ int run_latency(LatencyArgs& a) {
   const bool decoded = !decode_tps.empty();
   const double med_decode = decoded ? median(decode_tps) : 0;
   const double med_step_ms = decoded ? median(step_ms) : 0;
+  // The step's time outside the model's forward pass (LLMEngine::model_seconds).
+  const double med_engine_ms = decoded ? median(engine_ms) : 0;
   auto if_decoded = [decoded](double v) { return decoded ? nlohmann::json(v) : nlohmann::json(); };
 
   // Decode step: the weights once, plus every sequence's K/V (of the cache's
@@ -284,6 +296,7 @@ int run_latency(LatencyArgs& a) {
                       {"prefill_tokens_per_s", med_prefill},
                       {"decode_tokens_per_s", if_decoded(med_decode)},
                       {"decode_ms_per_step", if_decoded(med_step_ms)},
+                      {"decode_engine_ms_per_step", if_decoded(med_engine_ms)},
                       {"weight_bytes_per_step", weight_bytes},
                       {"decode_bytes_per_step", step_bytes},
                       {"decode_flops_per_step", step_flops},
@@ -404,6 +417,9 @@ int run_latency(LatencyArgs& a) {
   }
   std::printf("weights: %s, %.1f MB read per decode step\n", weights_summary(engine).c_str(),
               weight_bytes * 1e-6);
+  if (decoded) {
+    std::printf("engine outside the model: %.3f ms per decode step\n", med_engine_ms);
+  }
   if (decoded && with_context) {
     std::printf("decode:  %.1f tokens/s, %.2f ms/step (%.1f MB/step)\n", med_decode, med_step_ms,
                 step_bytes * 1e-6);
@@ -498,6 +514,16 @@ Runner add_bench_latency(CLI::App& bench) {
                   "Sampling temperature of the requests (0: greedy), seeded from --seed")
       ->check(CLI::Range(0.0f, 100.0f))
       ->capture_default_str();
+  cmd->add_option("--output-kind", args->output_kind,
+                  "What the engine's per-step outputs carry (vLLM's RequestOutputKind): delta "
+                  "(the step's new tokens) or cumulative (everything so far, copied every step); "
+                  "the engine time per decode step includes building them")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, RequestOutputKind>{
+              {"delta", RequestOutputKind::Delta},
+              {"cumulative", RequestOutputKind::Cumulative}},
+          CLI::ignore_case))
+      ->default_str("delta");
   add_engine_flags(*cmd, args->engine);
   return [args] {
     return run_on_rank0(args->model, args->engine, [&] { return run_latency(*args); });

@@ -53,6 +53,14 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--threads", o.num_threads, "Kernel threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
   add_isa_flag(cmd);
+  // Every attention row over a bf16 KV cache takes bf16 flash-attention
+  // tiles on avx512bf16 (ops.h paged_attention, Numerics); off: the f32
+  // path for every row. --no-flash-prefill: its name from when only prompt
+  // chunks took the tiles.
+  cmd.add_flag_function(
+      "--no-flash-attention,--no-flash-prefill", [](int64_t) { ops::set_flash_attention(false); },
+      "Compute attention with f32 products (default: bf16 dot-product flash-attention tiles for "
+      "every row, prompt and decode, over a bf16 KV cache on avx512bf16)");
   cmd.add_option("--block-size", o.block_size,
                  "Tokens per KV-cache block (default: the model's: 64 for DeepSeek V3.2, else 16)")
       ->check(CLI::Range(1, 1024));

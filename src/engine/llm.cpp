@@ -31,8 +31,11 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string id = "offline-" + std::to_string(next_request_id_++);
     index[id] = i;
+    // Only each request's final output is kept: the engine makes no others.
+    SamplingParams p = params.size() == 1 ? params[0] : params[i];
+    p.output_kind = RequestOutputKind::FinalOnly;
     try {
-      engine_.add_request(id, std::move(ids[i]), params.size() == 1 ? params[0] : params[i]);
+      engine_.add_request(id, std::move(ids[i]), p);
     } catch (const InputError& e) {
       for (const auto& [queued, _] : index) engine_.abort_request(queued);
       engine_.step();  // reports (and forgets) the aborted requests

@@ -451,22 +451,29 @@ void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
 }
 
 RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
+  // Delta outputs copy only what this step added (SamplingParams output_kind).
+  const bool delta = r.params.output_kind == RequestOutputKind::Delta;
   RequestOutput out;
   out.request_id = r.request_id;
-  out.prompt_ids = r.prompt_ids;
-  out.token_ids = r.output_ids;
+  if (!delta || r.output_ids.size() == num_new_tokens) out.prompt_ids = r.prompt_ids;
   out.new_token_ids.assign(r.output_ids.end() - static_cast<std::ptrdiff_t>(num_new_tokens),
                            r.output_ids.end());
+  out.token_ids = delta ? out.new_token_ids : r.output_ids;
   // While running, hold back a tail that could still become a stop string.
   size_t visible = r.output_text.size();
   if (!r.finished()) visible -= std::min(visible, r.stop_checker.hold_back(r.output_text));
   visible = std::max(visible, r.num_text_bytes_sent);
-  out.text = r.output_text.substr(0, visible);
   out.new_text = r.output_text.substr(r.num_text_bytes_sent, visible - r.num_text_bytes_sent);
+  out.text = delta ? out.new_text : r.output_text.substr(0, visible);
   r.num_text_bytes_sent = visible;
   out.finished = r.finished();
   out.finish_reason = r.finish_reason;
-  out.logprobs = r.logprobs;
+  if (delta) {
+    const size_t n = std::min(num_new_tokens, r.logprobs.size());
+    out.logprobs.assign(r.logprobs.end() - static_cast<std::ptrdiff_t>(n), r.logprobs.end());
+  } else {
+    out.logprobs = r.logprobs;
+  }
   if (r.prompt_logprobs && r.prompt_logprobs->complete()) out.prompt_logprobs = r.prompt_logprobs;
 
   RequestMetrics& m = out.metrics;
@@ -485,6 +492,14 @@ RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
     }
   }
   return out;
+}
+
+double LLMEngine::model_seconds() const { return runner_->forward_seconds(); }
+
+void LLMEngine::emit_output(std::vector<RequestOutput>& outputs, Request& r,
+                            size_t num_new_tokens) {
+  if (r.params.output_kind == RequestOutputKind::FinalOnly && !r.finished()) return;
+  outputs.push_back(make_output(r, num_new_tokens));
 }
 
 void LLMEngine::score_prompt_rows(const SchedulerOutput& sched) {
@@ -518,7 +533,7 @@ void LLMEngine::score_prompt_rows(const SchedulerOutput& sched) {
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
   for (Request* r : aborted_) {
-    outputs.push_back(make_output(*r, 0));
+    emit_output(outputs, *r, 0);
     requests_.erase(r->request_id);
   }
   aborted_.clear();
@@ -600,7 +615,7 @@ std::vector<RequestOutput> LLMEngine::step() {
       r.spec_token_ids.clear();
       if (!r.finished()) scheduler_->on_drafts_verified(&r, accepted);
     }
-    outputs.push_back(make_output(r, appended));
+    emit_output(outputs, r, appended);
     if (r.finished()) {
       done.push_back(&r);
     } else {

@@ -90,7 +90,8 @@ struct RequestMetrics {
   double e2e_latency_s = 0;
 };
 
-// A request's state after a step: cumulative ids and text, plus what is new.
+// A request's state after a step: cumulative ids and text, plus what is new
+// (SamplingParams::output_kind: Delta outputs carry only what is new).
 struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> prompt_ids;
@@ -139,6 +140,10 @@ class LLMEngine {
   // Compiles structured-output specs against this model's vocabulary
   // (built on first use); thread-safe.
   structured::GrammarCompiler& grammar_compiler() const;
+  // Seconds spent in the model's forward passes so far
+  // (ModelRunner::forward_seconds): a step's time less this is the
+  // engine's own work, which bench latency reports per decode step.
+  double model_seconds() const;
 
   // Throws InputError for bad params, an empty or too long prompt or token
   // ids outside the vocabulary. Reads only immutable state: safe to call
@@ -209,6 +214,9 @@ class LLMEngine {
   // Speculative decoding: drafts the next step's tokens for every request
   // that just got a token and decodes on (Request::spec_token_ids).
   void propose_drafts(const std::vector<Request*>& sampled);
+  // Appends make_output(r, ...) unless r's output_kind holds it back
+  // (FinalOnly before the request finishes).
+  void emit_output(std::vector<RequestOutput>& outputs, Request& r, size_t num_new_tokens);
   void finish(Request& r, FinishReason reason);
 
   EngineOptions options_;

@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
@@ -227,7 +228,10 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
   logits_.resize(b.logits_indices.size() * vocab_size_);
   in_step_ = true;
   if (comm_.size() > 1) broadcast_step(kStep);
+  const auto forward_start = std::chrono::steady_clock::now();
   model_.forward(b, kv_memory_.view(), logits_.data());
+  forward_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start).count();
   in_step_ = false;
 }
 

@@ -58,6 +58,10 @@ class ModelRunner {
   // parallelism (rank 0 only) the step's batch is broadcast to the workers
   // first.
   void execute(const SchedulerOutput& out, StepLogits* rows);
+  // Seconds spent in the model's forward passes by execute() so far: a
+  // step's time less this is the engine's own bookkeeping (batch building,
+  // scheduling, sampling, outputs), which bench latency reports.
+  double forward_seconds() const { return forward_seconds_; }
 
   // Tensor parallel ranks > 0: run the steps rank 0 broadcasts until it
   // sends shutdown. Returns the number of steps run.
@@ -104,6 +108,7 @@ class ModelRunner {
   std::unordered_map<const KVRequestState*, int32_t> row_index_;
   BatchMetadata batch_;
   std::vector<float> logits_;
+  double forward_seconds_ = 0;
 };
 
 }  // namespace pagoda

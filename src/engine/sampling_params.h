@@ -14,6 +14,15 @@ namespace structured {
 class CompiledGrammar;
 }
 
+// vLLM's RequestOutputKind: what the RequestOutputs of a request carry.
+// Cumulative: everything so far at every step (token_ids, text, logprobs,
+// prompt_ids: a step's copying grows with the sequence). Delta: what the
+// step added only (token_ids = new_token_ids, text = new_text, the new
+// tokens' logprobs; prompt_ids on the request's first output only), so a
+// step costs the same at any length: for streaming. FinalOnly: no output
+// until the request finishes, then one cumulative output.
+enum class RequestOutputKind { Cumulative, Delta, FinalOnly };
+
 struct SamplingParams {
   float temperature = 1.0f;             // 0 = greedy
   float top_p = 1.0f;                   // (0, 1]
@@ -55,6 +64,7 @@ struct SamplingParams {
   // finishes when nothing else can follow. Compiled by
   // LLMEngine::grammar_compiler() (structured/grammar_compiler.h).
   std::shared_ptr<const structured::CompiledGrammar> grammar;
+  RequestOutputKind output_kind = RequestOutputKind::Cumulative;
 
   bool greedy() const { return temperature == 0.0f; }
   // The parameters of choice `index` of n samples of one prompt (OpenAI's

@@ -241,6 +241,22 @@ struct AttentionBatch {
 // through the block tables (caches of layout.dtype; math in f32 either
 // way). q, out: [num_tokens, num_q_heads, head_dim].
 // GQA: query head h reads kv head h / (num_q_heads / num_kv_heads).
+//
+// Numerics: a query row's output depends only on its q and its keys, never
+// on the rest of the batch, how many rows its sequence computes in the step
+// (chunk splits, prefix-cache hits, decode), the tiling or the threads. The
+// path is chosen by things no scheduler changes: over a bf16 cache on the
+// Avx512Bf16 ISA (head_dim a multiple of 32, GQA group <= kFlashQueries,
+// with flash_attention_enabled) every row, prompt and decode alike, takes
+// flash-attention tiles with bf16 dot products, q and the softmax weights
+// rounded to bf16 (f32 softmax and accumulation), a relative difference of
+// ~1e-3 from the f32 path (q.k and p.v as f32 FMAs) that every other case
+// takes.
+// On by default; off forces the f32 path everywhere (--no-flash-attention,
+// alias --no-flash-prefill).
+void set_flash_attention(bool on);
+bool flash_attention_enabled();
+
 void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);

@@ -201,6 +201,8 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
       // parser must see them (vLLM's tool parsers do the same).
       if (sub.tool_format) params.skip_special_tokens = false;
       params.max_tokens = static_cast<int>(max_tokens);
+      // A stream sends each step's additions; a response only the end.
+      params.output_kind = req.stream ? RequestOutputKind::Delta : RequestOutputKind::FinalOnly;
       params.logprobs = req.top_logprobs;
       // Scored only when the response carries them (streams do not).
       params.prompt_logprobs = sub.prompt_logprobs ? req.prompt_logprobs : -1;

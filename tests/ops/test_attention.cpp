@@ -22,6 +22,21 @@ namespace {
 
 class PagedAttention : public IsaTest {};
 
+// Runs a scope with the flash path on or off, restoring the old setting.
+// The tests of the f32 path's exact promises (bits equal across caches,
+// tight tolerances) turn it off: every row over a bf16 cache would take the
+// flash path on avx512bf16 (tested below).
+class ScopedFlash {
+ public:
+  explicit ScopedFlash(bool on) : old_(flash_attention_enabled()) {
+    set_flash_attention(on);
+  }
+  ~ScopedFlash() { set_flash_attention(old_); }
+
+ private:
+  bool old_;
+};
+
 // Dense causal attention of one sequence over contiguous K/V rows
 // (keys[t]: [kv_heads * hd]), written from the definition.
 void dense_attention(const float* q, const std::vector<std::vector<float>>& keys,
@@ -192,6 +207,7 @@ std::vector<float> run_case(const Case& c, std::mt19937& rng, const Seqs& seqs =
 }
 
 TEST_P(PagedAttention, MatchesReferenceAndDense) {
+  const ScopedFlash f32_path(false);
   std::mt19937 rng(5);
   // GQA ratios 1, 2, 4; head dims 8, 64, 40, 12 (not a multiple of 8) and
   // one above the kernels' stack scratch; block sizes 1, 3, 16 and 48 (a
@@ -209,6 +225,7 @@ TEST_P(PagedAttention, MatchesReferenceAndDense) {
 }
 
 TEST_P(PagedAttention, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
+  const ScopedFlash f32_path(false);
   // Widening bf16 to f32 is exact, so a bf16 cache must give the very bits
   // an f32 cache holding the same (bf16-rounded) values gives: same rng
   // seed, same data, the f32 run fed the rounded K/V through a second
@@ -243,6 +260,7 @@ TEST_P(PagedAttention, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
 }
 
 TEST_P(PagedAttention, DecodeBatchesMatchTheReference) {
+  const ScopedFlash f32_path(false);  // decode rows over a bf16 cache: FlashMatches... below
   // A batch of decode rows only: few queries per kv head, so the kernel
   // takes several kv heads per work item (their blocks' rows read as one
   // run); one thread and two (other item counts), bf16 and f32 caches.
@@ -261,6 +279,7 @@ TEST_P(PagedAttention, DecodeBatchesMatchTheReference) {
 }
 
 TEST_P(PagedAttention, TwoThreadsEqualOne) {
+  const ScopedFlash f32_path(false);
   // Same seed, same data; each (row, head) item is computed whole by one
   // thread, so the split cannot change a bit.
   for (DType kv : kKvDtypes) {
@@ -281,6 +300,9 @@ TEST_P(PagedAttention, TwoThreadsEqualOne) {
 }
 
 TEST_P(PagedAttention, EachRowAloneEqualsItsRowInTheBatch) {
+  for (bool flash : {false, true}) {
+  const ScopedFlash path(flash);
+  SCOPED_TRACE(flash ? "flash path on" : "flash path off");
   // The kernels tile query rows and the q heads of a kv head together; a
   // row's output must not depend on its tile: every new row of the batch,
   // run alone as a one-token decode step over the same cache, gives the
@@ -315,6 +337,146 @@ TEST_P(PagedAttention, EachRowAloneEqualsItsRowInTheBatch) {
       }
     }
     EXPECT_EQ(mismatches, 0);
+  }
+  }
+}
+
+// ---- The flash path (ops.h paged_attention, Numerics) ------------------
+// A prompt from scratch (odd length), chunks after a cached prefix, a
+// decode row and a short chunk: all take the flash path when it applies.
+const Seqs kFlashSeqs = {{0, 77}, {45, 33}, {23, 1}, {150, 40}, {10, 5}, {0, 32}};
+
+// Whatever the sequence's row count: the choice must not depend on it.
+bool takes_flash(Isa isa, const Case& c) {
+  return isa == Isa::Avx512Bf16 && c.kv == DType::BF16 && c.head_dim % 32 == 0;
+}
+
+std::vector<float> rows_of(const std::vector<float>& v, int64_t r0, int64_t r1, int64_t width) {
+  return {v.begin() + r0 * width, v.begin() + r1 * width};
+}
+
+TEST_P(PagedAttention, FlashMatchesTheDenseAttentionOfBf16Queries) {
+  // Flash rows against the dense attention (double) of the bf16-rounded
+  // queries, the path's first rounding, so the tolerance is that of the
+  // softmax weights' bf16 rounding (relative 2^-9 each); they must also
+  // differ from the f32 path (the flash path did run). Every other row
+  // gives the f32 path's bits. GQA 1, 2, 4, 8; head_dim 64 and 128; block
+  // sizes 16, 3 and 48; sliding windows.
+  const std::vector<Case> cases = {{16, 8, 128, 16, 0},  {8, 8, 64, 16, 0},  {8, 2, 64, 3, 0},
+                                   {16, 4, 128, 48, 37}, {4, 1, 64, 16, 19}, {16, 2, 64, 16, 0}};
+  std::mt19937 rng(21);
+  for (DType kv : kKvDtypes) {
+    for (const Case& base : cases) {
+      const Case c = with_kv(base, kv);
+      SCOPED_TRACE(describe(c));
+      const Step st = build_step(c, rng, kFlashSeqs);
+      const AttentionBatch batch = st.batch(c.window);
+      std::vector<float> out(st.q.size(), NAN), out_f32(st.q.size(), NAN);
+      paged_attention(st.q.data(), st.k(), st.v(), st.layout, batch, c.q_heads, scale_of(c),
+                      out.data());
+      {
+        const ScopedFlash off(false);
+        paged_attention(st.q.data(), st.k(), st.v(), st.layout, batch, c.q_heads, scale_of(c),
+                        out_f32.data());
+      }
+      const std::vector<float> q_bf16 = bf16_rounded(st.q);
+      const int64_t width = int64_t{c.q_heads} * c.head_dim;
+      for (size_t s = 0; s < kFlashSeqs.size(); ++s) {
+        const int fresh = kFlashSeqs[s].second;
+        if (fresh == 0) continue;
+        const int64_t r0 = st.qsl[s], r1 = st.qsl[s + 1];
+        const bool flash = takes_flash(GetParam(), c);
+        std::vector<float> dense(fresh * width, NAN);
+        dense_attention((flash ? q_bf16 : st.q).data() + r0 * width, st.keys[s], st.values[s],
+                        fresh, c.q_heads, c.kv_heads, c.head_dim, c.window, scale_of(c),
+                        dense.data());
+        const auto got = rows_of(out, r0, r1, width), f32 = rows_of(out_f32, r0, r1, width);
+        const std::string what = "sequence " + std::to_string(s);
+        if (flash) {
+          expect_close(got, dense, 4e-3f, what + " (flash) vs dense of bf16 q");
+          EXPECT_NE(got, f32) << what << ": the flash path did not run";
+        } else {
+          EXPECT_EQ(got, f32) << what;
+          expect_close(got, dense, 1e-5f, what + " (f32 path) vs dense");
+        }
+      }
+    }
+  }
+}
+
+TEST_P(PagedAttention, FlashPrefillRowsDoNotDependOnTheBatch) {
+  // A 150-token prompt computed in one step alone, on one thread, equals,
+  // bit for bit, the same prompt in two chunks (37 + 113 rows, split off
+  // the kernel's key and tile grids) batched with a decode row and another
+  // prompt, on two threads: a flash row depends on its q and keys only.
+  for (const Case& base : {Case{8, 2, 64, 16, 0}, Case{16, 8, 128, 16, 40}, Case{4, 4, 64, 3, 0}}) {
+    const Case c = with_kv(base, DType::BF16);
+    SCOPED_TRACE(describe(c));
+    std::mt19937 rng(31);
+    const Step st = build_step(c, rng, {{0, 150}, {20, 1}, {0, 60}});
+    const int64_t width = int64_t{c.q_heads} * c.head_dim;
+    std::vector<float> alone(150 * width, NAN);
+    {
+      const ScopedThreads one(1);
+      const int32_t qsl[2] = {0, 150}, len = 150;
+      const AttentionBatch b{1, qsl, &len, st.tables.data(), st.max_blocks, c.window};
+      paged_attention(st.q.data(), st.k(), st.v(), st.layout, b, c.q_heads, scale_of(c),
+                      alone.data());
+    }
+    // Query rows: the prompt's 150, then the decode row and the other
+    // prompt's 60 (their q after the prompt's in st.q).
+    std::vector<float> out(st.q.size(), NAN);
+    {
+      const ScopedThreads two(2);
+      const int32_t qsl[5] = {0, 37, 150, 151, 211}, lens[4] = {37, 150, 21, 60};
+      const int32_t rows[4] = {0, 0, 1, 2};  // both chunks read the prompt's blocks
+      AttentionBatch b{4, qsl, lens, st.tables.data(), st.max_blocks, c.window};
+      b.block_table_rows = rows;
+      paged_attention(st.q.data(), st.k(), st.v(), st.layout, b, c.q_heads, scale_of(c),
+                      out.data());
+    }
+    EXPECT_EQ(rows_of(out, 0, 150, width), alone);
+  }
+}
+
+TEST_P(PagedAttention, ChunksAndCachedPrefixesGiveTheRowsOfOneChunk) {
+  // A 101-token sequence computed in one step equals, bit for bit, the same
+  // sequence computed in chunks of 1, 5, 31 and 64 rows (a decode-sized,
+  // a short and a long chunk, as a chunked-prefill scheduler may cut it)
+  // and as a 10-row remainder after a cached 91-token prefix (a prefix-cache
+  // hit): a row's path and bits depend on its q and keys only, not on how
+  // many rows its sequence computes in the step (what keeps greedy outputs
+  // independent of --max-num-batched-tokens and prefix caching). Both
+  // paths: flash (bf16 cache, avx512bf16) and f32.
+  constexpr int kLen = 101;
+  const std::vector<std::vector<int>> splits = {{1, 5, 31, 64}, {64, 31, 5, 1}, {91, 10}};
+  std::mt19937 rng(41);
+  for (DType kv : kKvDtypes) {
+    for (const Case& base : {Case{16, 8, 128, 16, 0}, Case{8, 2, 64, 16, 0}, Case{4, 4, 64, 3, 0},
+                             Case{16, 4, 128, 48, 37}}) {
+      const Case c = with_kv(base, kv);
+      SCOPED_TRACE(describe(c));
+      const Step st = build_step(c, rng, {{0, kLen}});
+      const int64_t width = int64_t{c.q_heads} * c.head_dim;
+      auto run_chunk = [&](int r0, int r1, std::vector<float>& out) {
+        const int32_t qsl[2] = {0, r1 - r0}, len = r1;
+        const AttentionBatch b{1, qsl, &len, st.tables.data(), st.max_blocks, c.window};
+        paged_attention(st.q.data() + r0 * width, st.k(), st.v(), st.layout, b, c.q_heads,
+                        scale_of(c), out.data() + r0 * width);
+      };
+      std::vector<float> whole(kLen * width, NAN);
+      run_chunk(0, kLen, whole);
+      for (const std::vector<int>& split : splits) {
+        std::vector<float> chunked(kLen * width, NAN);
+        int r0 = 0;
+        for (int rows : split) run_chunk(r0, r0 + rows, chunked), r0 += rows;
+        ASSERT_EQ(r0, kLen);
+        for (int r = 0; r < kLen; ++r) {
+          ASSERT_EQ(rows_of(chunked, r, r + 1, width), rows_of(whole, r, r + 1, width))
+              << "row " << r << ", chunks of " << ::testing::PrintToString(split);
+        }
+      }
+    }
   }
 }
 

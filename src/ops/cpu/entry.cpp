@@ -1,6 +1,7 @@
 // The heavy ops.h entry points (linear, norms, silu_mul, paged attention): validate,
 // split the work across threads, and run the selected ISA's kernels.
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "core/error.h"
@@ -161,6 +162,77 @@ void add_rms_norm(float* residual, const float* x, const float* weight, int64_t 
   });
 }
 
+namespace {
+
+std::atomic<bool> flash_attention_on{true};  // relaxed: set between forward passes
+
+// Work items of the flash path: row tiles of every sequence x kv heads (one
+// tile = rows x the kv head's whole GQA group).
+void flash_attention_tiles(const float* q, const void* k_cache, const void* v_cache,
+                           const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
+                           float scale, float* out) {
+  const int hd = layout.head_dim, kv_heads = layout.num_kv_heads, bs = layout.block_size;
+  const int group = num_q_heads / kv_heads;
+  const int tile_rows = cpu::kFlashQueries / group;
+  struct RowTile {
+    int seq, row0, rows;
+    int64_t keys;
+  };
+  thread_local std::vector<RowTile> tile_list;
+  std::vector<RowTile>& tiles = tile_list;
+  tiles.clear();
+  const int32_t* qsl = batch.query_start_loc;
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    const int64_t num_new = qsl[s + 1] - qsl[s];
+    for (int64_t r = 0; r < num_new; r += tile_rows) {
+      const int rows = static_cast<int>(std::min<int64_t>(tile_rows, num_new - r));
+      int64_t keys = batch.seq_lens[s] - num_new + r + rows;
+      if (batch.sliding_window > 0) keys = std::min<int64_t>(keys, batch.sliding_window + rows);
+      tiles.push_back({s, qsl[s] + static_cast<int>(r), rows, keys});
+    }
+  }
+  // The costliest tiles first, so the threads finish together.
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const RowTile& x, const RowTile& y) { return x.keys > y.keys; });
+  const int64_t q_row_stride = int64_t{num_q_heads} * hd;
+  const auto* k_bytes = static_cast<const uint16_t*>(k_cache);
+  const auto* v_bytes = static_cast<const uint16_t*>(v_cache);
+  const auto kernel = cpu::active_kernels().attention_bf16_flash;
+  parallel_for(static_cast<int64_t>(tiles.size()) * kv_heads, 1, [&](int64_t i0, int64_t i1) {
+    thread_local std::vector<float> scratch;  // grown once per thread
+    const auto scratch_size = static_cast<size_t>(cpu::flash_scratch_floats(hd));
+    if (scratch.size() < scratch_size) scratch.resize(scratch_size);
+    // kv-head-major: a thread's consecutive items share a kv head's K/V.
+    const auto num_tiles = static_cast<int64_t>(tiles.size());
+    for (int64_t item = i0; item < i1; ++item) {
+      const RowTile& tile = tiles[item % num_tiles];
+      const int kvh = static_cast<int>(item / num_tiles);
+      const int64_t num_new = qsl[tile.seq + 1] - qsl[tile.seq];
+      cpu::AttentionTile a;
+      a.q = q + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
+      a.out = out + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
+      a.q_row_stride = q_row_stride;
+      a.rows = tile.rows;
+      a.heads = group;
+      a.k_head = k_bytes + int64_t{kvh} * bs * hd;
+      a.v_head = v_bytes + int64_t{kvh} * bs * hd;
+      a.block_stride = int64_t{kv_heads} * bs * hd;
+      a.block_table = batch.block_table(tile.seq);
+      a.block_size = bs;
+      a.head_dim = hd;
+      a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);
+      a.sliding_window = batch.sliding_window;
+      a.scale = scale;
+      kernel(a, scratch.data());
+    }
+  });
+}
+
+}  // namespace
+
+void set_flash_attention(bool on) { flash_attention_on.store(on, std::memory_order_relaxed); }
+bool flash_attention_enabled() { return flash_attention_on.load(std::memory_order_relaxed); }
+
 void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out) {
@@ -176,6 +248,15 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
     PAGODA_CHECK(num_new >= 0 && len >= num_new && (len + bs - 1) / bs <= batch.max_blocks_per_seq,
                  "paged_attention: sequence {} has {} new of {} keys, {} blocks max", s, num_new,
                  len, batch.max_blocks_per_seq);
+  }
+  // Every row over a bf16 cache: flash tiles (ops.h, Numerics). The choice
+  // depends on the layout and ISA only, never on how many rows a sequence
+  // computes this step, so chunking and prefix-cache hits keep the bits.
+  const cpu::KernelTable& kt = cpu::active_kernels();
+  if (kt.attention_bf16_flash && flash_attention_enabled() && layout.dtype == DType::BF16 &&
+      hd % 32 == 0 && num_q_heads / kv_heads <= cpu::kFlashQueries) {
+    flash_attention_tiles(q, k_cache, v_cache, layout, batch, num_q_heads, scale, out);
+    return;
   }
   // Tiles: up to kMaxTileQueries queries = tile_rows consecutive rows of a
   // sequence x tile_heads q heads of one kv head, so K/V chunks are read
@@ -229,7 +310,6 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   const int64_t per_tile = int64_t{kv_heads / kv_per_item} * head_blocks;
   const int64_t block_stride = int64_t{kv_heads} * bs * hd;
   const int64_t q_row_stride = int64_t{num_q_heads} * hd;
-  const cpu::KernelTable& kt = cpu::active_kernels();
   const auto tile_kernel = layout.dtype == DType::BF16 ? kt.attention_bf16_kv : kt.attention;
   const int64_t elem = static_cast<int64_t>(dtype_size(layout.dtype));
   const auto* k_bytes = static_cast<const uint8_t*>(k_cache);

@@ -57,6 +57,20 @@ constexpr int64_t attention_scratch_floats(int64_t hd) {
   return kMaxTileQueries * (hd + kKeyChunk + 2);
 }
 
+// Flash-attention tiles (flash_attention_avx512bf16.cpp): up to
+// kFlashQueries queries (rows x the q heads of one kv head, kv_heads = 1)
+// per tile, keys in blocks of kFlashKeys positions of an absolute grid;
+// head_dim a multiple of 32.
+constexpr int kFlashQueries = 64;
+constexpr int kFlashKeys = 32;
+// Floats of scratch a flash tile of head_dim hd needs: q pairs, the
+// transposed output, a block's scores and weight pairs, its V pairs, the
+// running max and denominator, and 16 floats to align it to 64 bytes.
+constexpr int64_t flash_scratch_floats(int64_t hd) {
+  return kFlashQueries * (hd / 2 + hd + kFlashKeys + kFlashKeys / 2 + 2) + kFlashKeys / 2 * hd +
+         16;
+}
+
 // A tile of MLA attention (ops.h mla_paged_attention): `rows` consecutive
 // query rows of one sequence times `heads` consecutive heads, all reading
 // the one latent entry per key. Query (r, h) is at q + r * q_row_stride +
@@ -202,6 +216,11 @@ struct KernelTable {
   // scratch holds attention_scratch_floats(head_dim).
   void (*attention)(const AttentionTile& a, float* scratch);
   void (*attention_bf16_kv)(const AttentionTile& a, float* scratch);
+  // Flash-attention tile over a bf16 KV cache with bf16 dot
+  // products (kFlashQueries, kFlashKeys above; q and the softmax weights
+  // rounded to bf16); null where the ISA has none. scratch holds
+  // flash_scratch_floats(head_dim).
+  void (*attention_bf16_flash)(const AttentionTile& a, float* scratch) = nullptr;
   // bf16 x bf16 -> f32 linear (ISAs with a bf16 dot product; null on the
   // others, which widen bf16 weights to f32 in linear_bf16 instead): x is
   // already rounded to bf16 by bf16_rows (round-to-nearest-even), row
@@ -302,6 +321,8 @@ void linear_packed_portable(const float* x, int64_t m, const Matrix& w, int64_t 
 namespace avx512bf16_impl {  // packed_avx512bf16.cpp
 void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
                    int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1);
+// A flash-attention tile (flash_attention_avx512bf16.cpp).
+void flash_attention(const AttentionTile& a, float* scratch);
 // One panel from `count` (<= kPackedCols) row-major rows of `pairs` words.
 void pack_panel(const uint32_t* rows, int64_t count, int64_t pairs, uint32_t* panel);
 }  // namespace avx512bf16_impl

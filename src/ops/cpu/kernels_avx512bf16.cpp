@@ -158,6 +158,7 @@ const KernelTable& avx512bf16_kernels() {
     t.bf16_rows = avx512bf16::to_bf16;
     t.linear_bf16_dot = avx512bf16::linear_bf16_dot;
     t.linear_bf16_packed = avx512bf16_impl::linear_packed;
+    t.attention_bf16_flash = avx512bf16_impl::flash_attention;
     return t;
   }();
   return table;
