@@ -93,6 +93,18 @@ double read_rate(int threads, double seconds, int64_t bytes) {
 
 }  // namespace
 
+const char* peak_kind_name(PeakKind kind) {
+  switch (kind) {
+    case PeakKind::Fp32Fma:
+      return "fp32_fma";
+    case PeakKind::Bf16Dot:
+      return "bf16_dot";
+    case PeakKind::Int8Dot:
+      return "int8_dot";
+  }
+  return "?";
+}
+
 Roofline measure_roofline(int threads, double seconds, int64_t read_bytes) {
   const int old = num_threads();
   set_num_threads(threads);

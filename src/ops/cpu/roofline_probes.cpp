@@ -273,18 +273,6 @@ bool cpu_supports_avx512_vnni() {
 
 }  // namespace
 
-const char* peak_kind_name(PeakKind kind) {
-  switch (kind) {
-    case PeakKind::Fp32Fma:
-      return "fp32_fma";
-    case PeakKind::Bf16Dot:
-      return "bf16_dot";
-    case PeakKind::Int8Dot:
-      return "int8_dot";
-  }
-  return "?";
-}
-
 PeakProbe peak_probe(PeakKind kind, Isa isa) {
   const bool avx512 = isa == Isa::Avx512 || isa == Isa::Avx512Bf16;
   const bool avx2 = isa == Isa::Avx2 || isa == Isa::Avx2Vnni;

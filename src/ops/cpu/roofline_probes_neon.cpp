@@ -88,18 +88,6 @@ __attribute__((flatten)) double smull_loop(int64_t iters) {
 
 }  // namespace
 
-const char* peak_kind_name(PeakKind kind) {
-  switch (kind) {
-    case PeakKind::Fp32Fma:
-      return "fp32_fma";
-    case PeakKind::Bf16Dot:
-      return "bf16_dot";
-    case PeakKind::Int8Dot:
-      return "int8_dot";
-  }
-  return "?";
-}
-
 // As dispatch.cpp's tables: f32 on fmla everywhere (the scalar kernels'
 // 4-lane vectors compile to NEON too, AArch64's baseline), bf16 with bfdot
 // on neonbf16 and widened to f32 elsewhere, int8 with sdot from neondot up
