@@ -16,6 +16,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <mutex>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -98,6 +100,18 @@ const std::string& template_or_model(const Tokenizer& tok, const std::optional<s
 
 using PromptArg = std::variant<std::string, std::vector<int32_t>>;
 
+// One engine steps for one caller at a time: generate releases the GIL, so
+// two Python threads could otherwise run LLMEngine::step concurrently (the
+// engine is single-threaded, as vLLM's LLM). Looked up with the GIL held;
+// taken without it (a stepping thread re-acquires the GIL for its progress
+// callback, so waiting for this lock while holding the GIL would deadlock).
+std::mutex& engine_lock(const LLM& llm) {
+  static std::unordered_map<const LLM*, std::unique_ptr<std::mutex>> locks;
+  auto& m = locks[&llm];
+  if (!m) m = std::make_unique<std::mutex>();
+  return *m;
+}
+
 std::vector<RequestOutput> generate(LLM& llm, const std::vector<PromptArg>& prompts,
                                     const std::vector<SamplingParams>& params,
                                     const py::object& progress) {
@@ -119,8 +133,10 @@ std::vector<RequestOutput> generate(LLM& llm, const std::vector<PromptArg>& prom
       throw PythonErrorPending{};
     }
   };
+  std::mutex& lock = engine_lock(llm);
   try {
     py::gil_scoped_release nogil;
+    const std::lock_guard<std::mutex> one_caller(lock);
     return llm.generate(ps, params, after_step);
   } catch (const PythonErrorPending&) {
     throw py::error_already_set();  // the GIL is held again here
@@ -258,7 +274,17 @@ PYBIND11_MODULE(_pagoda, m) {
                              [](LLM& l) { return l.engine().model_config().vocab_size; })
       .def_property_readonly("block_size",
                              [](LLM& l) { return l.engine().options().block_size; })
-      .def("stats", [](LLM& l) { return stats_dict(l.engine().stats()); })
+      .def("stats",
+           [](LLM& l) {
+             std::mutex& lock = engine_lock(l);
+             EngineStats stats;
+             {
+               py::gil_scoped_release nogil;
+               const std::lock_guard<std::mutex> one_caller(lock);
+               stats = l.engine().stats();
+             }
+             return stats_dict(stats);
+           })
       .def("validate_request",
            [](LLM& l, const std::vector<int32_t>& ids, const SamplingParams& p) {
              l.engine().validate_request(ids, p);

@@ -415,8 +415,8 @@ void LLMEngine::append_token(Request& r, const SampledToken& sampled) {
   const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
   if (r.grammar) {
     // The mask allowed only this grammar's tokens, so this cannot fail
-    // unless something masked all of them (min_tokens holding back EOS
-    // when only EOS may follow): the output stops where it is.
+    // (a step whose masks allowed nothing samples kNoToken and never gets
+    // here); a grammar that is done stops the output where it is.
     if (!r.grammar->accept_token(token) || r.grammar->is_terminated()) {
       finish(r, FinishReason::Stop);
       return;
@@ -604,6 +604,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     // Token by token, so a stop (EOS, stop string, max_tokens) inside the
     // accepted run ends the request there.
     for (const SampledToken& t : sampled_[static_cast<size_t>(i)]) {
+      if (t.token == kNoToken) {  // the masks allowed nothing (sampler.h)
+        finish(r, FinishReason::Stop);
+        break;
+      }
       append_token(r, t);
       ++appended;
       if (r.finished()) break;

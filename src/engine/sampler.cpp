@@ -163,6 +163,11 @@ void filtered_distribution(std::span<const float> logits, const SamplingParams& 
   for (size_t i = 0; i < logits.size(); ++i) {
     if (logits[i] != kNegInf) ids.push_back(static_cast<int32_t>(i));
   }
+  if (ids.empty()) {  // everything masked: draw_token gives kNoToken
+    out->probs.clear();
+    out->total = 0;
+    return;
+  }
   auto better = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
@@ -224,6 +229,7 @@ double FilteredDistribution::prob(int32_t id) const {
 }
 
 int32_t draw_token(const FilteredDistribution& d, std::mt19937_64& rng) {
+  if (d.ids.empty()) return kNoToken;
   double u = std::uniform_real_distribution<double>(0.0, d.total)(rng);
   for (size_t i = 0; i < d.ids.size(); ++i) {
     u -= d.probs[i];
@@ -234,7 +240,10 @@ int32_t draw_token(const FilteredDistribution& d, std::mt19937_64& rng) {
 
 SequenceRng::SequenceRng(const SamplingParams& params) : rng_(seeded(params)) {}
 
-int32_t greedy_token(std::span<const float> logits) { return argmax(logits); }
+int32_t greedy_token(std::span<const float> logits) {
+  const int32_t id = argmax(logits);
+  return logits[static_cast<size_t>(id)] > kNegInf ? id : kNoToken;  // NaN or -inf: none
+}
 
 void apply_logits_processors(std::span<float> logits, const SamplingParams& params,
                              std::span<const int32_t> prompt_ids,
@@ -266,7 +275,7 @@ SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
     filtered_distribution(logits, params, &dist);
     out.token = draw_token(dist, rng.engine());
   }
-  if (params.logprobs >= 0) fill_logprobs(raw, params.logprobs, out);
+  if (params.logprobs >= 0 && out.token != kNoToken) fill_logprobs(raw, params.logprobs, out);
   return out;
 }
 

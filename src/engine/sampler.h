@@ -54,7 +54,13 @@ void apply_logits_processors(std::span<float> logits, const SamplingParams& para
                              std::span<const int32_t> prompt_ids,
                              std::span<const int32_t> output_ids,
                              std::span<const int32_t> stop_ids);
-// The lowest id of the largest logit (greedy sampling).
+// What greedy_token / draw_token / sample_token return when the masks left
+// no token at all (a grammar state whose only continuation min_tokens holds
+// back, allowed_token_ids that bad_words remove): the engine then finishes
+// the request with reason stop, appending nothing.
+inline constexpr int32_t kNoToken = -1;
+// The lowest id of the largest logit (greedy sampling); kNoToken if none is
+// finite.
 int32_t greedy_token(std::span<const float> logits);
 // What a temperature > 0 draw picks from: softmax(logits / temperature)
 // after top-k, then min-p, then top-p. ids best first with unnormalized
@@ -68,6 +74,7 @@ struct FilteredDistribution {
 };
 void filtered_distribution(std::span<const float> logits, const SamplingParams& params,
                            FilteredDistribution* out);
+// kNoToken for an empty distribution.
 int32_t draw_token(const FilteredDistribution& dist, std::mt19937_64& rng);
 // Raw logprobs (log_softmax of `raw_logits`) of out.token and the top n.
 void fill_logprobs(std::span<const float> raw_logits, int n, SampledToken& out);

@@ -417,9 +417,11 @@ std::string EventStream::next_events(bool* finished, std::chrono::milliseconds w
     while (!done_[i]) {
       auto out = sub_.streams[i]->next(0ms);
       if (!out) break;
+      // Counted whether or not this output sends a chunk: with delta
+      // outputs, tokens whose text is held back are never seen again.
+      completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
       if (!sends(*out)) continue;
       events += chunk_for(i, *out);
-      completion_tokens_ += static_cast<int64_t>(out->new_token_ids.size());
       if (out->finished) {
         done_[i] = true;
         ctx_.metrics.record_request(*out);

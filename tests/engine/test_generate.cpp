@@ -84,6 +84,21 @@ TEST(Generate, BatchedEqualsAlone) {
   }
 }
 
+TEST(Generate, MasksThatAllowNothingStopTheRequest) {
+  // Every token masked (the only allowed id is a bad word): the request
+  // finishes with reason stop and no token, and the engine goes on.
+  LLM llm(PAGODA_MODELS_DIR "/stories260k");
+  SamplingParams p = greedy(8);
+  p.allowed_token_ids = {5};
+  p.bad_words_token_ids = {{5}};
+  const auto out = llm.generate({Prompt::from_text("Once upon a time")}, {p});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].token_ids.empty());
+  EXPECT_EQ(out[0].finish_reason, FinishReason::Stop);
+  EXPECT_EQ(llm.engine().num_free_kv_blocks(), llm.engine().num_kv_blocks());
+  EXPECT_EQ(llm.generate({"Once upon a time"}, greedy(8))[0].token_ids.size(), 8u);
+}
+
 TEST(Generate, ChunkedPrefillAndTinyPoolGiveSameTokens) {
   const auto reference = LLM(PAGODA_MODELS_DIR "/stories260k").generate(kEightPrompts, greedy(40));
   EngineOptions o;

@@ -293,6 +293,25 @@ TEST(Sampler, BadWordsMaskTheTokenThatWouldCompleteAWord) {
   EXPECT_EQ(sample_token(l, p, prompt, {}, {}, rng).token, 1);
 }
 
+TEST(Sampler, NothingAllowedGivesNoToken) {
+  // allowed_token_ids that bad_words remove leave no finite logit: greedy
+  // and sampled draws both say so (kNoToken) instead of reading past an
+  // empty candidate list, with or without logprobs.
+  for (float temperature : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = temperature > 0 ? 3 : 0;
+    p.logprobs = 2;
+    p.allowed_token_ids = {3};
+    p.bad_words_token_ids = {{3}};
+    SequenceRng rng(p);
+    std::vector<float> l = kLogits;
+    EXPECT_EQ(sample_token(l, p, {}, {}, {}, rng).token, kNoToken) << temperature;
+  }
+  std::vector<float> none(kLogits.size(), -INFINITY);
+  EXPECT_EQ(greedy_token(none), kNoToken);
+}
+
 TEST(SamplingParams, TokenIdsAreCheckedAgainstTheVocabulary) {
   auto message = [](SamplingParams p) -> std::string {
     try {

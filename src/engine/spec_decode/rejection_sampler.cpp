@@ -71,7 +71,7 @@ int32_t verify_draft_tokens(const VerifyInput& in, SequenceRng& rng,
         t.token = accepted ? d : draw_residual(p, q, d, rng.engine());
       }
     }
-    if (params.logprobs >= 0) fill_logprobs(raw, params.logprobs, t);
+    if (params.logprobs >= 0 && t.token != kNoToken) fill_logprobs(raw, params.logprobs, t);
     out->push_back(std::move(t));
     if (!accepted) return static_cast<int32_t>(j);
     context.push_back(out->back().token);
