@@ -22,10 +22,14 @@ constexpr int kChains = 12;
 
 // Hides a value from the optimizer (no instruction): an operation on it
 // cannot be hoisted out of the loop or shared between chains.
+// (The 256- and 512-bit overloads carry their target: clang allocates a
+// ymm/zmm register for an asm operand only inside such a function.)
 template <class V>
 inline void opaque(V& v) {
   __asm__ volatile("" : "+x"(v));
 }
+PAGODA_AVX2 inline void opaque(__m256i& v) { __asm__ volatile("" : "+x"(v)); }
+PAGODA_AVX512 inline void opaque(__m512i& v) { __asm__ volatile("" : "+v"(v)); }
 
 // Horizontal sums through memory (GCC 12's reduce intrinsics trip
 // -Wuninitialized).
