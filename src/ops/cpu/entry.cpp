@@ -166,18 +166,17 @@ namespace {
 
 std::atomic<bool> flash_attention_on{true};  // relaxed: set between forward passes
 
-// Work items of the flash path: row tiles of every sequence x kv heads (one
-// tile = rows x the kv head's whole GQA group).
-void flash_attention_tiles(const float* q, const void* k_cache, const void* v_cache,
-                           const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
-                           float scale, float* out) {
-  const int hd = layout.head_dim, kv_heads = layout.num_kv_heads, bs = layout.block_size;
-  const int group = num_q_heads / kv_heads;
-  const int tile_rows = cpu::kFlashQueries / group;
-  struct RowTile {
-    int seq, row0, rows;
-    int64_t keys;
-  };
+// A sequence's new rows cut into tiles of up to tile_rows, costliest first
+// (the pool hands out chunks in order, so the threads finish together:
+// causal prefill tiles grow with their row). `keys` is the visible keys of
+// a tile's last row, at most window_keys under a sliding window.
+struct RowTile {
+  int seq, row0, rows;
+  int64_t keys;
+};
+// Grows only: no steady-state allocation. (Returned by reference, so the
+// pool's threads see the caller's list, not their own thread_local one.)
+std::vector<RowTile>& row_tiles(const AttentionBatch& batch, int tile_rows, bool window_plus_rows) {
   thread_local std::vector<RowTile> tile_list;
   std::vector<RowTile>& tiles = tile_list;
   tiles.clear();
@@ -187,13 +186,26 @@ void flash_attention_tiles(const float* q, const void* k_cache, const void* v_ca
     for (int64_t r = 0; r < num_new; r += tile_rows) {
       const int rows = static_cast<int>(std::min<int64_t>(tile_rows, num_new - r));
       int64_t keys = batch.seq_lens[s] - num_new + r + rows;
-      if (batch.sliding_window > 0) keys = std::min<int64_t>(keys, batch.sliding_window + rows);
+      if (batch.sliding_window > 0)
+        keys = std::min<int64_t>(keys, batch.sliding_window + (window_plus_rows ? rows : 0));
       tiles.push_back({s, qsl[s] + static_cast<int>(r), rows, keys});
     }
   }
-  // The costliest tiles first, so the threads finish together.
   std::stable_sort(tiles.begin(), tiles.end(),
                    [](const RowTile& x, const RowTile& y) { return x.keys > y.keys; });
+  return tiles;
+}
+
+// Work items of the flash path: row tiles of every sequence x kv heads (one
+// tile = rows x the kv head's whole GQA group).
+void flash_attention_tiles(const float* q, const void* k_cache, const void* v_cache,
+                           const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
+                           float scale, float* out) {
+  const int hd = layout.head_dim, kv_heads = layout.num_kv_heads, bs = layout.block_size;
+  const int group = num_q_heads / kv_heads;
+  const int tile_rows = cpu::kFlashQueries / group;
+  const std::vector<RowTile>& tiles = row_tiles(batch, tile_rows, /*window_plus_rows=*/true);
+  const int32_t* qsl = batch.query_start_loc;
   const int64_t q_row_stride = int64_t{num_q_heads} * hd;
   const auto* k_bytes = static_cast<const uint16_t*>(k_cache);
   const auto* v_bytes = static_cast<const uint16_t*>(v_cache);
@@ -265,29 +277,8 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   const int tile_heads = std::min(group, cpu::kMaxTileQueries);
   const int head_blocks = (group + tile_heads - 1) / tile_heads;
   const int tile_rows = std::max(1, cpu::kMaxTileQueries / tile_heads);
-  struct RowTile {
-    int seq, row0, rows;
-    int64_t keys;  // visible keys of its last row: its cost
-  };
-  // Grows only: no steady-state allocation. (A reference, so the pool's
-  // threads see this thread's list, not their own thread_local one.)
-  thread_local std::vector<RowTile> tile_list;
-  std::vector<RowTile>& tiles = tile_list;
-  tiles.clear();
+  const std::vector<RowTile>& tiles = row_tiles(batch, tile_rows, /*window_plus_rows=*/false);
   const int32_t* qsl = batch.query_start_loc;
-  for (int s = 0; s < batch.num_seqs; ++s) {
-    const int64_t num_new = qsl[s + 1] - qsl[s];
-    for (int64_t r = 0; r < num_new; r += tile_rows) {
-      const int rows = static_cast<int>(std::min<int64_t>(tile_rows, num_new - r));
-      int64_t keys = batch.seq_lens[s] - num_new + r + rows;
-      if (batch.sliding_window > 0) keys = std::min<int64_t>(keys, batch.sliding_window);
-      tiles.push_back({s, qsl[s] + static_cast<int>(r), rows, keys});
-    }
-  }
-  // The costliest tiles first: the pool hands out chunks in order, so the
-  // threads finish together (causal prefill tiles grow with their row).
-  std::stable_sort(tiles.begin(), tiles.end(),
-                   [](const RowTile& x, const RowTile& y) { return x.keys > y.keys; });
   // kv heads per work item: as many as fit the tile's queries (decode rows
   // are few) while the items still split evenly over the threads. A block's
   // rows of adjacent kv heads are adjacent in the pool, so the item reads
