@@ -30,7 +30,9 @@ ceiling = (b["batch"] / b["decode_roofline_ms_per_step"]) / (1 / s["decode_roofl
 print(f"single {s['decode_tokens_per_s']:.1f} tok/s (read {s['roofline']['read_gb_per_s']:.1f} GB/s, "
       f"{100 * s['decode_fraction_of_roofline']:.1f}% of roofline) | batch {b['batch']} "
       f"{b['decode_tokens_per_s']:.1f} tok/s ({b['decode_ms_per_step']:.1f} ms/step, "
-      f"{100 * b['decode_fraction_of_roofline']:.1f}% of roofline) | ratio {ratio:.2f}x, "
+      f"{100 * b['decode_fraction_of_roofline']:.1f}% of roofline, "
+      f"{100 * b['decode_fraction_of_linear_peak']:.1f}% of the compute bound at "
+      f"{b['roofline']['bf16_gflops']:.0f} GFLOP/s bf16) | ratio {ratio:.2f}x, "
       f"roofline ceiling {ceiling:.2f}x")
 EOF
 done

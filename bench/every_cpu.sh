@@ -3,19 +3,30 @@
 # gives the AVX2 figures), each figure next to the same-run peak it is
 # judged by: prefill and batch-32 decode against the peak the linears run
 # at (`linear_peak`: bf16 weights -> the bf16 probe of the ISA, int8 -> the
-# int8 one), single-stream decode against the read bandwidth. Binaries are
-# interleaved per figure, so a before/after pair sees the same machine
-# state (a shared host's load changes within minutes); every row is judged
-# by the FIRST binary's roofline of that figure (it must print the per-ISA
-# peaks: a build before issue 25 measured AVX-512 peaks under --isa avx2).
+# int8 one) and the f32 FMA peak, single-stream decode against the read
+# bandwidth. One command prints the whole table (every x86 ISA the CPU
+# runs but scalar: avx2, avx2vnni, avx512, avx512bf16 on Zen 4/5; about 6
+# minutes on a quiet 2-core Zen 5).
 #
-#   bench/every_cpu.sh MODEL_DIR "isa..." pagoda_binary... > table.md
-# e.g. bench/every_cpu.sh /tmp/qwen3-0.6b-random "avx2 avx512bf16" ./build/pagoda /work/main/build/pagoda
+#   bench/every_cpu.sh MODEL_DIR ["isa..."] [pagoda_binary...] > table.md
+# e.g. bench/every_cpu.sh /tmp/qwen3-0.6b-random
+#      bench/every_cpu.sh /tmp/qwen3-0.6b-random "avx2 avx512bf16" ./build/pagoda /work/main/build/pagoda
+#
+# With several binaries they are interleaved per figure, so a before/after
+# pair sees the same machine state (a shared host's load changes within
+# minutes); every row is then judged by the FIRST binary's roofline of that
+# figure (it must print the per-ISA peaks: a build before issue 25
+# measured AVX-512 peaks under --isa avx2).
 set -euo pipefail
-model=${1:?usage: bench/every_cpu.sh MODEL_DIR "isa..." pagoda_binary...}
-isas=$2
-shift 2
+model=${1:?usage: bench/every_cpu.sh MODEL_DIR ["isa..."] [pagoda_binary...]}
+isas=${2:-}
+if [ $# -ge 2 ]; then shift 2; else shift 1; fi
 binaries=("$@")
+[ ${#binaries[@]} -gt 0 ] || binaries=("$(dirname "$0")/../build/pagoda")
+if [ -z "$isas" ]; then  # what the first binary says this CPU supports, but scalar
+  isas=$("${binaries[0]}" bench latency --model "$model" --isa list |
+    awk '$2 == "supported" && $1 != "scalar" { printf "%s ", $1 }')
+fi
 common=(bench latency --model "$model" --max-model-len 1024 --threads 2 --json)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -34,30 +45,43 @@ ref, j = json.load(open(ref_path)), json.load(open(path))
 r = ref["roofline"]
 kind = ref["linear_peak"]
 peak = r[{"int8": "int8_gops", "bf16": "bf16_gflops", "fp32": "fp32_gflops"}[kind]] * 1e9
+# The CPU clock (bench latency's *_cpu_clock): FLOPs per CPU-second of the
+# process against one thread's peak per CPU-second (the first binary's);
+# "n/a" for a binary that does not time its CPU.
+thread_peak = ref.get("linear_peak_per_cpu_second", 0) * 1e9
+def cpu_clock(flops, cpu_s):
+    if not thread_peak or not cpu_s:
+        return "n/a"
+    return f"{100 * flops / cpu_s / thread_peak:.1f}%"
 if name.startswith("prefill"):
     got = f"{j['prefill_tokens_per_s']:.1f} tok/s"
+    tokens = j["batch"] * j["input_len"]
     flops = j["prefill_tokens_per_s"] * j["prefill_flops_per_token"]
     frac = (f"{100 * flops / peak:.1f}% of {kind} peak "
             f"({100 * flops / (r['fp32_gflops'] * 1e9):.1f}% of fp32)")
+    cpu = cpu_clock(tokens * j["prefill_flops_per_token"], j.get("prefill_cpu_seconds"))
 elif name.startswith("batch"):
     got = f"{j['decode_tokens_per_s']:.1f} tok/s ({j['decode_ms_per_step']:.0f} ms/step)"
     flops = j["decode_flops_per_step"] / (j["decode_ms_per_step"] * 1e-3)
     frac = (f"{100 * flops / peak:.1f}% of {kind} peak "
             f"({100 * flops / (r['fp32_gflops'] * 1e9):.1f}% of fp32)")
+    cpu_ms = j.get("decode_cpu_ms_per_step")
+    cpu = cpu_clock(j["decode_flops_per_step"], cpu_ms * 1e-3 if cpu_ms else 0)
 else:
     got = f"{j['decode_tokens_per_s']:.1f} tok/s ({j['decode_ms_per_step']:.1f} ms/step)"
     bw = j["decode_bytes_per_step"] / (j["decode_ms_per_step"] * 1e-3)
     frac = f"{100 * bw / (r['read_gb_per_s'] * 1e9):.1f}% of read bandwidth"
+    cpu = "-"  # bound by memory: CPU time is no measure of it
 peaks = (f"read {r['read_gb_per_s']:.1f} GB/s, fp32 {r['fp32_gflops']:.0f}, "
          f"bf16 {r['bf16_gflops']:.0f}, int8 {r['int8_gops']:.0f}")
-print(f"| {name} | {isa} | {binary} | {got} | {frac} | {peaks} | {load} |", flush=True)
+print(f"| {name} | {isa} | {binary} | {got} | {frac} | {cpu} | {peaks} | {load} |", flush=True)
 PY
       i=$((i + 1))
     done
   done
 }
-echo "| figure | --isa | binary | speed | fraction | same-run peaks of the first binary (G/s) | loadavg |"
-echo "|---|---|---|---|---|---|---|"
+echo "| figure | --isa | binary | speed | fraction (wall clock) | of the peak on the CPU clock | same-run peaks of the first binary (G/s) | loadavg |"
+echo "|---|---|---|---|---|---|---|---|"
 kv=(--kv-cache-memory 300000000)
 figure "prefill pp512 bf16" --input-len 512 --output-len 2 --repeats 1 "${kv[@]}"
 figure "decode bf16" --input-len 128 --output-len 64 --repeats 2 "${kv[@]}"

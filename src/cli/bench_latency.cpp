@@ -32,6 +32,7 @@
 // look up (an editing-like workload) where the model repeats it.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <map>
 #include <cstdio>
 #include <memory>
@@ -63,6 +64,10 @@ struct LatencyArgs : BenchModelArgs {
 
 struct Run {
   double prefill_s = 0, decode_s = 0;
+  // CPU time of every thread of the process in the same spans: on a shared
+  // host, what the run cost however often it was descheduled (a waiting
+  // kernel thread spins for a while, so gaps between ops count too).
+  double prefill_cpu_s = 0, decode_cpu_s = 0;
   double decode_model_s = 0;  // of decode_s, in the model's forward passes
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;      // emitted in the decode steps (several a step when speculating)
@@ -84,6 +89,18 @@ int64_t kv_bytes_in_use(const LLMEngine& engine) {
 }
 
 using Clock = std::chrono::steady_clock;
+
+ops::PeakKind peak_kind(const std::string& linear_peak_kind) {
+  return linear_peak_kind == "int8"   ? ops::PeakKind::Int8Dot
+         : linear_peak_kind == "bf16" ? ops::PeakKind::Bf16Dot
+                                      : ops::PeakKind::Fp32Fma;
+}
+
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // One batch: B requests queued at once; prefill ends when every request
 // has its first token, decode covers the remaining steps.
@@ -122,6 +139,8 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
     r.kv_bytes_reserved = kv_bytes_in_use(engine);
   }
   const auto t0 = Clock::now();
+  const double cpu0 = process_cpu_seconds();
+  double cpu_first = cpu0;
   int started = 0;
   auto t_first = t0;
   const bool speculating = engine.options().speculative_config.has_value();
@@ -144,16 +163,20 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
     }
     if (started < a.batch) {
       t_first = Clock::now();
+      cpu_first = process_cpu_seconds();
       model_s_first = engine.model_seconds();
     } else if (r.prefill_s == 0) {
       t_first = Clock::now();
+      cpu_first = process_cpu_seconds();
       model_s_first = engine.model_seconds();
       r.prefill_s = std::chrono::duration<double>(t_first - t0).count();
+      r.prefill_cpu_s = cpu_first - cpu0;
     } else {
       ++r.decode_steps;
     }
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
+  r.decode_cpu_s = process_cpu_seconds() - cpu_first;
   r.decode_model_s = engine.model_seconds() - model_s_first;
   return r;
 }
@@ -238,6 +261,7 @@ int run_latency(LatencyArgs& a) {
 
   std::mt19937_64 rng(a.seed);
   std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms, engine_ms;
+  std::vector<double> prefill_cpu_s, step_cpu_ms;  // per run, as prefill_tps / step_ms
   int64_t kv_bytes_held = 0, kv_bytes_reserved = 0;
   SpecDecodeStats spec_before;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
@@ -254,9 +278,11 @@ int run_latency(LatencyArgs& a) {
     // last prompt token at the context): no prefill speed.
     first_step_ms.push_back(1e3 * r.prefill_s);
     prefill_tps.push_back(static_cast<double>(a.batch) * a.input_len / r.prefill_s);
+    prefill_cpu_s.push_back(r.prefill_cpu_s);
     if (r.decode_steps > 0) {
       decode_tps.push_back(static_cast<double>(r.decode_tokens) / r.decode_s);
       step_ms.push_back(1e3 * r.decode_s / r.decode_steps);
+      step_cpu_ms.push_back(1e3 * r.decode_cpu_s / r.decode_steps);
       engine_ms.push_back(1e3 * (r.decode_s - r.decode_model_s) / r.decode_steps);
     }
   }
@@ -333,6 +359,23 @@ int run_latency(LatencyArgs& a) {
     // decode, bound by arithmetic, is judged by).
     j["decode_fraction_of_linear_peak"] =
         if_decoded(med_step_ms > 0 ? decode_compute_ms / med_step_ms : 0);
+    // The same two on the CPU clock: FLOPs per CPU-second of the process
+    // against one thread's peak per CPU-second. Unlike the wall-clock
+    // fractions these hold on a loaded host (the probe and the run need not
+    // get the same share of the cores); on an idle one they are the same up
+    // to the gaps a thread sleeps through rather than spins.
+    const double per_cpu_s = ops::peak_per_cpu_second(peak_kind(peak.kind));
+    j["linear_peak_per_cpu_second"] = per_cpu_s * 1e-9;
+    const double med_prefill_cpu_s = with_context ? 0 : median(prefill_cpu_s);
+    j["prefill_cpu_seconds"] = med_prefill_cpu_s;
+    j["prefill_fraction_of_linear_peak_cpu_clock"] =
+        med_prefill_cpu_s > 0
+            ? a.batch * a.input_len * flops_per_token / med_prefill_cpu_s / per_cpu_s
+            : 0;
+    const double med_step_cpu_ms = decoded ? median(step_cpu_ms) : 0;
+    j["decode_cpu_ms_per_step"] = if_decoded(med_step_cpu_ms);
+    j["decode_fraction_of_linear_peak_cpu_clock"] =
+        if_decoded(med_step_cpu_ms > 0 ? step_flops / (med_step_cpu_ms * 1e-3) / per_cpu_s : 0);
     j["decode_roofline_ms_per_step"] = decode_roof_ms;
     j["decode_bandwidth_ms_per_step"] = decode_memory_ms;
     j["decode_compute_ms_per_step"] = decode_compute_ms;
@@ -366,6 +409,8 @@ int run_latency(LatencyArgs& a) {
                           "prefill_roofline_tokens_per_s", "prefill_fraction_of_linear_peak",
                           "decode_fraction_of_linear_peak",
                           "prefill_fraction_of_fp32_peak", "prefill_tokens_per_s_runs",
+                          "prefill_cpu_seconds", "prefill_fraction_of_linear_peak_cpu_clock",
+                          "decode_fraction_of_linear_peak_cpu_clock",
                           "decode_flops_per_step"}) {
       j.erase(k);
     }
@@ -456,6 +501,17 @@ int run_latency(LatencyArgs& a) {
           "peak)\n",
           100 * med_prefill / prefill_roof_linear, peak.kind, prefill_roof_linear,
           100 * med_prefill / prefill_roof_bf16, 100 * med_prefill / prefill_roof_fp32);
+    }
+    if (!with_context) {  // (--context-len: no prefill, decode judged by bytes)
+      std::printf("on the CPU clock (%.0f G/s per thread-second, %s): prefill at %.1f%%",
+                  j["linear_peak_per_cpu_second"].get<double>(), peak.probe,
+                  100 * j["prefill_fraction_of_linear_peak_cpu_clock"].get<double>());
+      if (decoded) {
+        std::printf(", decode at %.1f%% (%.2f CPU-ms/step)",
+                    100 * j["decode_fraction_of_linear_peak_cpu_clock"].get<double>(),
+                    j["decode_cpu_ms_per_step"].get<double>());
+      }
+      std::printf(" of the %s peak\n", peak.kind);
     }
   }
   if (a.engine.speculative_config) {

@@ -117,9 +117,9 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
       ->default_str("none");
   cmd.add_flag("--no-repack{false}", o.repack_weights,
                "Keep bf16 weights in place in the checkpoint mapping (and --quantization int8 "
-               "weights row-major) instead of packing them into GEMM panels at load (bf16 panels "
-               "on CPUs with avx512_bf16, int8 ones with avx512_vnni; they make prefill and "
-               "batched decode faster)");
+               "weights row-major) instead of packing them into GEMM panels at load (bf16 and "
+               "int8 panels where the ISA has a packed kernel: every x86 one but scalar; they "
+               "make prefill and batched decode faster)");
   cmd.add_option_function<std::string>(
       "--speculative-config",
       [&o](const std::string& json) {

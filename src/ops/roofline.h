@@ -38,6 +38,12 @@ PeakProbe peak_probe(PeakKind kind, Isa isa);
 // calling thread.
 double run_peak_loop(PeakKind kind, int64_t iters);
 
+// The selected ISA's probe of `kind` per second of the calling thread's CPU
+// time (best of 5 runs of ~0.05 s): what one kernel thread does per second
+// it runs, which other processes on a shared host do not change. Judges
+// figures taken on the CPU clock (bench latency's *_cpu_clock fractions).
+double peak_per_cpu_second(PeakKind kind);
+
 // Sums x[0..n) with wide loads (the read-bandwidth probe). Returns the sum
 // so the reads cannot be optimized away.
 float read_sum(const float* x, int64_t n);

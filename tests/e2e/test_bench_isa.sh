@@ -72,10 +72,18 @@ for k in ("prefill_fraction_of_linear_peak", "prefill_fraction_of_fp32_peak",
 peak = j["roofline"][{"int8": "int8_gops", "bf16": "bf16_gflops", "fp32": "fp32_gflops"}[kind]]
 assert math.isclose(j["prefill_roofline_tokens_per_s"], peak * 1e9 / j["prefill_flops_per_token"]), j
 # bf16 weights go into GEMM panels wherever the kernels have a panel GEMM
-# (vdpbf16ps on avx512bf16, the widening one on avx2 / avx2vnni).
+# (vdpbf16ps on avx512bf16, the widening one on avx2 / avx2vnni / avx512).
 if kind == "bf16":
-    want = "as stored" if isa in ("scalar", "avx512") else "bf16, repacked into GEMM panels"
+    want = "as stored" if isa == "scalar" else "bf16, repacked into GEMM panels"
     assert j["weights"] == want, j
+# The CPU-clock figures: CPU seconds that can hold the work, a peak per
+# thread-second, and fractions that follow from them.
+assert j["linear_peak_per_cpu_second"] > 0, j
+assert 0 < j["prefill_cpu_seconds"] < 60 and 0 < j["decode_cpu_ms_per_step"] < 60e3, j
+flops = j["batch"] * j["input_len"] * j["prefill_flops_per_token"]
+assert math.isclose(j["prefill_fraction_of_linear_peak_cpu_clock"],
+                    flops / j["prefill_cpu_seconds"] / (j["linear_peak_per_cpu_second"] * 1e9)), j
+assert 0 < j["decode_fraction_of_linear_peak_cpu_clock"] < 1.5, j
 PY
   done
   "$pagoda" bench throughput --model "$model" --isa "$isa" --threads 1 --num-prompts 3 \

@@ -136,6 +136,42 @@ TEST_P(LinearPacked, RowsEqualDecodeRowsBitForBit) {
   }
 }
 
+TEST_P(LinearPacked, WidenedPanelsAreTheirPromisedFmaChainBitForBit) {
+  // The kernels that widen panels to f32 (AVX2 ymm, AVX-512 without BF16
+  // zmm: packed_widen_impl.h) promise output [r, c] = one chain over the
+  // pairs in order, fma(x[2p], w_even) then fma(x[2p + 1], w_odd), from +0,
+  // then + bias: rebuilt here with std::fma, so the two vector widths give
+  // the same bits (and the tile shapes, k blocks and cut panels do not
+  // show). ISAs without such a kernel run something else: skipped by name.
+  if (GetParam() != Isa::Avx2 && GetParam() != Isa::Avx2Vnni && GetParam() != Isa::Avx512) {
+    GTEST_SKIP() << "no widened packed bf16 kernel on " << isa_name(GetParam());
+  }
+  std::mt19937 rng(27);
+  for (int64_t k : {2, 34, 1100}) {  // 1100: several k blocks of both kernels
+    for (int64_t n : {1, 64, 65, 200}) {
+      PackedPair w(n, k, rng);
+      const auto bias = random_vec(n, rng);
+      for (int64_t m : {1, 2, 5, 8, 9, 13, 17}) {  // every tile height of 5- and 8-row tiles
+        const auto x = random_vec(m * k, rng);
+        std::vector<float> y(m * n), want(m * n);
+        linear(x.data(), m, w.packed, bias.data(), y.data());
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t c = 0; c < n; ++c) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k / 2; ++p) {
+              acc = std::fma(x[r * k + 2 * p], bf16_to_f32(w.row_major[c * k + 2 * p]), acc);
+              acc = std::fma(x[r * k + 2 * p + 1], bf16_to_f32(w.row_major[c * k + 2 * p + 1]),
+                             acc);
+            }
+            want[r * n + c] = acc + bias[c];
+          }
+        }
+        EXPECT_EQ(y, want) << "k=" << k << " n=" << n << " m=" << m;
+      }
+    }
+  }
+}
+
 TEST_P(LinearPacked, LinearMultiMixingPackedAndRowMajorEqualsSeparateCalls) {
   std::mt19937 rng(24);
   const int64_t k = 96, m = 9;

@@ -341,8 +341,10 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
     lanes.first[v] = _mm512_load_si512(first + v * 16);
     lanes.last[v] = _mm512_load_si512(last + v * 16);
   }
-  // q pairs, rounded to bf16 (padding lanes 0).
-  for (int i = 0; i < kQ; ++i) {
+  // q pairs, rounded to bf16 (padding lanes 0), in the nv vectors the tile
+  // reads: a decode tile fills 16 lanes, not kQ.
+  const int lanes_read = lanes.nv * 16;
+  for (int i = 0; i < lanes_read; ++i) {
     const float* q =
         i < lanes.count ? a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd : nullptr;
     for (int p = 0; p < pairs; ++p) {
@@ -350,7 +352,13 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
           q ? uint32_t{f32_to_bf16(q[2 * p])} | uint32_t{f32_to_bf16(q[2 * p + 1])} << 16 : 0;
     }
   }
-  for (int i = 0; i < hd * kQ; ++i) st.o[i] = 0.0f;
+  if (lanes.by_lane) {
+    for (int i = 0; i < lanes.count * hd; ++i) st.o[i] = 0.0f;
+  } else {
+    for (int d = 0; d < hd; ++d) {
+      for (int i = 0; i < lanes_read; ++i) st.o[d * kQ + i] = 0.0f;
+    }
+  }
   for (int i = 0; i < kQ; ++i) st.m[i] = kNoMax, st.l[i] = 0.0f;
   switch (lanes.nv) {
     case 1:

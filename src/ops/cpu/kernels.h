@@ -327,10 +327,16 @@ void flash_attention(const AttentionTile& a, float* scratch);
 void pack_panel(const uint32_t* rows, int64_t count, int64_t pairs, uint32_t* panel);
 }  // namespace avx512bf16_impl
 
-namespace avx2_impl {  // packed_avx2.cpp
+// KernelTable::linear_bf16_packed_f32 of AVX2 and of AVX-512 without BF16
+// (packed_widen_impl.h: packed_avx2.cpp, packed_avx512.cpp).
+namespace avx2_impl {
 void linear_packed(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t n, int64_t ldy,
                    const float* bias, float* y, int64_t p0, int64_t p1);
 }  // namespace avx2_impl
+namespace avx512_impl {
+void linear_packed(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t n, int64_t ldy,
+                   const float* bias, float* y, int64_t p0, int64_t p1);
+}  // namespace avx512_impl
 
 // The table of the ISA chosen by set_isa (best_isa() by default).
 const KernelTable& active_kernels();

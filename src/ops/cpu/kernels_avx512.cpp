@@ -8,5 +8,12 @@
 #include "ops/cpu/kernels_impl.h"
 
 namespace pagoda::ops::cpu {
-const KernelTable& avx512_kernels() { return avx512::kernel_table(); }
+const KernelTable& avx512_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t = avx512::kernel_table();
+    t.linear_bf16_packed_f32 = avx512_impl::linear_packed;
+    return t;
+  }();
+  return table;
+}
 }  // namespace pagoda::ops::cpu

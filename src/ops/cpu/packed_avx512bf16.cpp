@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/packed_panels.h"
 #include "ops/packed.h"
 
 #define PAGODA_BF16_TARGET \
@@ -132,41 +133,9 @@ PAGODA_BF16_TARGET void pack_panel(const uint32_t* rows, int64_t count, int64_t 
   }
 }
 
-PAGODA_BF16_TARGET void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k,
-                                      int64_t n, int64_t ldy, const float* bias, float* y,
-                                      int64_t p0, int64_t p1) {
-  // A panel cut by n is computed into this buffer in row tiles and its
-  // valid columns copied out.
-  alignas(64) float tail[kTileRows * kPackedCols];
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint16_t* panel = w + p * (k / 2) * kPairStride;
-    const int64_t c0 = p * kPackedCols;
-    const int64_t cols = n - c0 < kPackedCols ? n - c0 : kPackedCols;
-    if (cols == kPackedCols) {
-      panel_rows(x, m, panel, k, y + c0, ldy);
-      if (bias) {
-        for (int64_t r = 0; r < m; ++r) {
-          float* yr = y + r * ldy + c0;
-#pragma GCC unroll 4
-          for (int v = 0; v < kVectors; ++v) {
-            _mm512_storeu_ps(yr + 16 * v, _mm512_add_ps(_mm512_loadu_ps(yr + 16 * v),
-                                                        _mm512_loadu_ps(bias + c0 + 16 * v)));
-          }
-        }
-      }
-      continue;
-    }
-    for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
-      const int64_t rows = m - r0 < kTileRows ? m - r0 : kTileRows;
-      panel_rows(x + r0 * k, rows, panel, k, tail, kPackedCols);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          const float s = tail[r * kPackedCols + c];
-          y[(r0 + r) * ldy + c0 + c] = bias ? s + bias[c0 + c] : s;
-        }
-      }
-    }
-  }
+void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
+                   int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1) {
+  linear_panels<kTileRows>(panel_rows, x, m, w, k, n, ldy, bias, y, p0, p1);
 }
 
 }  // namespace pagoda::ops::cpu::avx512bf16_impl

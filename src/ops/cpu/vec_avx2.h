@@ -100,6 +100,25 @@ PAGODA_TARGET inline void vstore_tail(float* p, Vec a, int n) {
   std::memcpy(p, buf, n * sizeof(float));
 }
 
+// One pair row of a packed bf16 panel (ops/packed.h) widened: the words
+// hold kLanes columns' (even, odd) input pairs; the even inputs' weights are
+// the words shifted left by 16, the odd ones the words with the low half
+// cleared, both exact f32s (2 integer ops per 2 * kLanes weights).
+PAGODA_TARGET inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+  const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
+  odd = _mm256_castsi256_ps(
+      _mm256_and_si256(words, _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u))));
+}
+// x[0] in every lane, loaded where it is used: as an asm statement, so the
+// compiler cannot hoist a tile's broadcasts and keep them live (it would,
+// and spill them).
+PAGODA_TARGET inline Vec vbroadcast_here(const float* x) {
+  Vec r;
+  __asm__ volatile("vbroadcastss %1, %0" : "=v"(r) : "m"(*x));
+  return r;
+}
+
 PAGODA_TARGET inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 PAGODA_TARGET inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 PAGODA_TARGET inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }

@@ -81,6 +81,24 @@ PAGODA_TARGET inline Vec vload_e2m1(const uint8_t* p, E2m1Table t) {
   return _mm512_maskz_permutexvar_ps(0xffff, idx, t);
 }
 
+// One pair row of a packed bf16 panel (ops/packed.h) widened: the words
+// hold kLanes columns' (even, odd) input pairs; the even inputs' weights are
+// the words shifted left by 16, the odd ones the words with the low half
+// cleared, both exact f32s (2 integer ops per 2 * kLanes weights).
+PAGODA_TARGET inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+  const __m512i words = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, words, 16));  // maskz: see vsum
+  odd = _mm512_castsi512_ps(_mm512_maskz_and_epi32(
+      0xffff, words, _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u))));
+}
+// x[0] in every lane, loaded where it is used: as an asm statement, so the
+// compiler cannot hoist a tile's broadcasts and keep them live.
+PAGODA_TARGET inline Vec vbroadcast_here(const float* x) {
+  Vec r;
+  __asm__ volatile("vbroadcastss %1, %0" : "=v"(r) : "m"(*x));
+  return r;
+}
+
 PAGODA_TARGET inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a); }
 
 // Values bf16 holds exactly (e.g. e4m3 times a power of two) -> their bf16
