@@ -13,6 +13,28 @@ std::vector<int32_t> LLM::encode(const std::string& text) const {
   return engine_.tokenizer().encode(text, /*add_special_tokens=*/true);
 }
 
+namespace {
+
+// Aborts the call's requests that have not finished (`results`, indexed as
+// `index` says; empty: none has) and steps the engine until it has reported
+// them, so their KV blocks are back in the pool. Runs while an exception is
+// in flight: an error of the cleanup itself is swallowed (the engine is then
+// broken anyway) so the caller sees the original one.
+void abort_unfinished(LLMEngine& engine, const std::unordered_map<std::string, size_t>& index,
+                      const std::vector<RequestOutput>& results) {
+  try {
+    for (const auto& [id, i] : index) {
+      if (results.empty() || !results[i].finished) engine.abort_request(id);
+    }
+    do {
+      engine.step();  // reports (and forgets) the aborted requests
+    } while (engine.has_unfinished());
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
 std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
                                          const std::vector<SamplingParams>& params,
                                          const Progress& progress) {
@@ -37,8 +59,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
     try {
       engine_.add_request(id, std::move(ids[i]), p);
     } catch (const InputError& e) {
-      for (const auto& [queued, _] : index) engine_.abort_request(queued);
-      engine_.step();  // reports (and forgets) the aborted requests
+      abort_unfinished(engine_, index, {});
       throw InputError("prompt " + std::to_string(i) + ": " + e.what());
     }
   }
@@ -57,12 +78,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
     // The progress callback interrupted the call (Python's Ctrl-C) or a
     // step failed: abort what is left, so its KV blocks go back to the pool
     // and the engine serves the next call.
-    for (const auto& [id, i] : index) {
-      if (!results[i].finished) engine_.abort_request(id);
-    }
-    do {
-      engine_.step();  // reports (and forgets) the aborted requests
-    } while (engine_.has_unfinished());
+    abort_unfinished(engine_, index, results);
     throw;
   }
   return results;
