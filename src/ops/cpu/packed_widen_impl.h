@@ -29,14 +29,22 @@ constexpr int kPanelVectors = kPackedCols / kLanes;  // vectors per panel pair r
 static_assert(kPanelVectors % kWidenTileVectors == 0);
 constexpr int64_t kPairStride = kPackedCols * 2;  // bf16 elements per pair of a panel
 
+// Cache lines of one pair row's V vectors.
+template <int V>
+constexpr int kLinesPerPair = V * kLanes * 4 / 64 > 0 ? V * kLanes * 4 / 64 : 1;
+
 // acc[r][v] (+)= sum over pairs [p0, p1) of x row r's pair times vectors
 // [v0, v0 + V) of the panel's pair rows; y rows at y + r * ldy (columns
-// from the panel's first). Not inlined, as packed_avx512bf16.cpp's tile.
+// from the panel's first). Meanwhile the first ahead_pairs pairs of the
+// next column group (same layout, from `ahead`) are asked for, so a small
+// batch's first tile of a group does not wait on memory. Not inlined, as
+// packed_avx512bf16.cpp's tile.
 template <int R, int V>
 __attribute__((noinline)) PAGODA_TARGET void panel_tile(const float* x, int64_t ldx,
                                                         const uint16_t* panel, int v0, int64_t p0,
                                                         int64_t p1, bool first, float* y,
-                                                        int64_t ldy) {
+                                                        int64_t ldy, const uint16_t* ahead = nullptr,
+                                                        int64_t ahead_pairs = 0) {
   Vec acc[R][V];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -51,6 +59,11 @@ __attribute__((noinline)) PAGODA_TARGET void panel_tile(const float* x, int64_t 
       // four lines of the pair 4 KiB ahead (as the AVX-512 BF16 kernel does).
 #pragma GCC unroll 4
       for (int l = 0; l < 4; ++l) __builtin_prefetch(b + 16 * kPairStride + 32 * l, 0, 1);
+    }
+    if (p - p0 < ahead_pairs) {
+#pragma GCC unroll 4
+      for (int l = 0; l < kLinesPerPair<V>; ++l)
+        __builtin_prefetch(ahead + (p - p0) * kPairStride + 32 * l, 0, 3);
     }
     Vec even[V], odd[V];
 #pragma GCC unroll 8
@@ -77,9 +90,12 @@ __attribute__((noinline)) PAGODA_TARGET void panel_tile(const float* x, int64_t 
 template <int R, int V>
 PAGODA_TARGET inline void tile_upto(int64_t rows, const float* x, int64_t ldx,
                                     const uint16_t* panel, int v0, int64_t p0, int64_t p1,
-                                    float* y, int64_t ldy) {
-  if (rows == R) return panel_tile<R, V>(x, ldx, panel, v0, p0, p1, p0 == 0, y, ldy);
-  if constexpr (R > 1) tile_upto<R - 1, V>(rows, x, ldx, panel, v0, p0, p1, y, ldy);
+                                    float* y, int64_t ldy, const uint16_t* ahead,
+                                    int64_t ahead_pairs) {
+  if (rows == R)
+    return panel_tile<R, V>(x, ldx, panel, v0, p0, p1, p0 == 0, y, ldy, ahead, ahead_pairs);
+  if constexpr (R > 1)
+    tile_upto<R - 1, V>(rows, x, ldx, panel, v0, p0, p1, y, ldy, ahead, ahead_pairs);
 }
 
 // Rows [0, m) x one panel, all k, into y (ldy, kPackedCols valid columns).
@@ -93,14 +109,26 @@ PAGODA_TARGET void panel_rows(const float* x, int64_t m, const uint16_t* panel, 
   for (int64_t p0 = 0; p0 < pairs; p0 += kWidenBlockPairs) {
     const int64_t p1 = p0 + kWidenBlockPairs < pairs ? p0 + kWidenBlockPairs : pairs;
     for (int v0 = 0; v0 < kPanelVectors; v0 += kWidenTileVectors) {
+      // The column group after this one: the next in the block, else the
+      // next block's first (the next panel's, which follows in memory,
+      // after the last block; a prefetch past the matrix is harmless).
+      const bool last_group = v0 + kWidenTileVectors >= kPanelVectors;
+      const uint16_t* next = last_group
+                                 ? panel + p1 * kPairStride
+                                 : panel + p0 * kPairStride + 2 * kLanes * (v0 + kWidenTileVectors);
+      const int64_t next_pairs = last_group ? kWidenBlockPairs : p1 - p0;
       // As few tiles as kWidenTileRows allows, of near-equal rows (AVX2's 5
       // rows at m = 32: 5, 5, 5, 5, 4, 4, 4, not 6 x 5 + a 2-row tile with
-      // a third of the reuse).
+      // a third of the reuse); each asks for a slice of the next group.
       const int64_t tiles = (m + kWidenTileRows - 1) / kWidenTileRows;
+      const int64_t slice = (next_pairs + tiles - 1) / tiles;
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t rows = m / tiles + (t < m % tiles ? 1 : 0);
+        const int64_t s0 = t * slice < next_pairs ? t * slice : next_pairs;
+        const int64_t s1 = s0 + slice < next_pairs ? s0 + slice : next_pairs;
         tile_upto<kWidenTileRows, kWidenTileVectors>(rows, x + r * k, k, panel, v0, p0, p1,
-                                                     y + r * ldy, ldy);
+                                                     y + r * ldy, ldy, next + s0 * kPairStride,
+                                                     s1 - s0);
         r += rows;
       }
     }
