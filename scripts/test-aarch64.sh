@@ -48,8 +48,15 @@ qemu=(qemu-aarch64 -L /)
 failures=0
 
 echo "== unit tests, -cpu max (neon, neondot, neonbf16)"
+# Not under emulation: QuantizedModel.EmbeddingLookupsLeaveNoPageMapped
+# counts the checkpoint pages the kernel keeps mapped, which depends on
+# MADV_RANDOM splitting the embedding table's mapping off (fault-around
+# stops at its end); qemu-user (7.2) accepts MADV_RANDOM without passing it
+# on, so reads of the table's last rows map the next tensor's pages too.
+not_under_qemu='QuantizedModel\.EmbeddingLookupsLeaveNoPageMapped'
+echo "(left out under qemu-user: $not_under_qemu; it runs in scripts/test.sh)"
 (cd "$dir" && QEMU_CPU=max ctest --no-tests=error --output-on-failure -j"$(nproc)" -L unit \
-  --timeout 1800) || failures=$((failures + 1))
+  -E "$not_under_qemu" --timeout 1800) || failures=$((failures + 1))
 
 echo "== kernel and golden tests, -cpu cortex-a53 (neon only)"
 # gtest's own filter: the ops tests and the engine's golden generations.

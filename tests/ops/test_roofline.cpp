@@ -25,6 +25,26 @@ TEST_P(Roofline, ProbesAreTheSelectedKernelsInstructions) {
   const std::string fp32 = peak_probe(PeakKind::Fp32Fma, isa).name;
   const std::string bf16 = peak_probe(PeakKind::Bf16Dot, isa).name;
   const std::string int8 = peak_probe(PeakKind::Int8Dot, isa).name;
+  const bool native_bf16 = cpu::active_kernels().linear_bf16_dot != nullptr;
+  const std::string kernels = int8_kernel_name();
+#if defined(__aarch64__)
+  // f32: fmla on every variant (the scalar kernels' 4-lane vectors compile
+  // to NEON, AArch64's baseline).
+  EXPECT_EQ(fp32, "neon fmla");
+  // bf16: bfdot exactly where the linears use it; widened to f32 elsewhere.
+  EXPECT_EQ(contains(bf16, "bfdot"), native_bf16) << bf16;
+  if (!native_bf16) {
+    EXPECT_TRUE(contains(bf16, "widen")) << bf16;
+  }
+  // int8: sdot where the quant kernels use it; widening multiplies below
+  // (the scalar loops vectorize to smull as well).
+  if (kernels == "neon-sdot") {
+    EXPECT_EQ(int8, "neon sdot");
+  } else {
+    EXPECT_TRUE(kernels == "neon" || kernels == "scalar") << kernels;
+    EXPECT_TRUE(contains(int8, "smull")) << int8;
+  }
+#else
   // f32: the ISA's vector width.
   const char* width = isa == Isa::Avx512 || isa == Isa::Avx512Bf16 ? "avx512"
                       : isa == Isa::Scalar                         ? "scalar"
@@ -32,13 +52,11 @@ TEST_P(Roofline, ProbesAreTheSelectedKernelsInstructions) {
   EXPECT_TRUE(contains(fp32, width)) << fp32;
   // bf16: a native dot product exactly where the linears have one; the
   // widening FMA path elsewhere (scalar: plain multiply-adds).
-  const bool native_bf16 = cpu::active_kernels().linear_bf16_dot != nullptr;
   EXPECT_EQ(contains(bf16, "vdpbf16ps"), native_bf16) << bf16;
   if (!native_bf16 && isa != Isa::Scalar) {
     EXPECT_TRUE(contains(bf16, "widen")) << bf16;
   }
   // int8: the instruction of the quant kernels this selection runs.
-  const std::string kernels = int8_kernel_name();
   if (kernels == "avx512-vnni") {
     EXPECT_EQ(int8, "avx512 vpdpbusd");
   } else if (kernels == "avx-vnni") {
@@ -49,6 +67,7 @@ TEST_P(Roofline, ProbesAreTheSelectedKernelsInstructions) {
     EXPECT_EQ(kernels, "scalar");
     EXPECT_TRUE(contains(int8, "scalar")) << int8;
   }
+#endif
 }
 
 TEST_P(Roofline, EveryPeakIsMeasuredAndNonzero) {
