@@ -121,6 +121,21 @@ KVCachePlan kv_cache_plan(CausalLM& model, const EngineOptions& options) {
   if (model.has_indexer_cache()) {
     model.set_indexer_cache_dtype(resolve_indexer_cache_dtype(options.indexer_cache_dtype, dtype));
   }
+  const bool mtp = options.speculative_config &&
+                   options.speculative_config->method == SpeculativeMethod::Mtp;
+  if (mtp) {  // its layer's cache joins the plan (CausalLM::enable_mtp)
+    if (!model.has_mtp_layer()) {
+      throw_input_error(
+          "--speculative-config: method mtp needs a checkpoint with an MTP layer the engine runs "
+          "(DeepSeek V3/V3.2 with num_nextn_predict_layers >= 1); {} has none",
+          model.config().architecture);
+    }
+    if (options.tensor_parallel_size > 1) {
+      throw_input_error("--speculative-config: method mtp runs on a single rank (tensor parallel "
+                        "size {})", options.tensor_parallel_size);
+    }
+    model.enable_mtp();
+  }
   if (!model.supports_kv_cache_dtype(dtype)) {
     throw_input_error(
         "--kv-cache-dtype {} is not supported for {} (fp8 is for DeepSeek's MLA caches with "
@@ -200,8 +215,8 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
 }
 
 void LLMEngine::init_speculation(const SpeculativeConfig& c, const KVCachePlan& plan) {
-  if (c.method != SpeculativeMethod::Ngram) {
-    throw_input_error("--speculative-config: method {} is not implemented yet (ngram is)",
+  if (c.method == SpeculativeMethod::DraftModel) {
+    throw_input_error("--speculative-config: method {} is not implemented yet (ngram and mtp are)",
                       speculative_method_name(c.method));
   }
   // Rejected drafts are rolled back by counting their positions as not
@@ -214,7 +229,12 @@ void LLMEngine::init_speculation(const SpeculativeConfig& c, const KVCachePlan& 
                         model_->config().model_type, g.spec.format);
     }
   }
-  ngram_proposer_ = std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
+  if (c.method == SpeculativeMethod::Mtp) {
+    mtp_proposer_ = std::make_unique<MtpProposer>(*model_, *runner_, *kv_);
+    kv_->set_drop_last_hit_block(true);  // see KVCacheManager::set_drop_last_hit_block
+  } else {
+    ngram_proposer_ = std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
+  }
 }
 
 void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,
@@ -596,6 +616,9 @@ std::vector<RequestOutput> LLMEngine::step() {
       num_accepted_[static_cast<size_t>(i)] = verify_draft_tokens(in, r.rng, &tokens);
     }
   });
+  // The MTP layer sees this step's positions with the tokens after them
+  // before any request finishes (and gives its pages back).
+  if (mtp_proposer_) mtp_proposer_->run_after_step(sched, step_rows_, sampled_, num_accepted_);
   std::vector<Request*> done, decoding;
   for (int64_t i = 0; i < rows; ++i) {
     Request& r = request_of(i);
@@ -626,7 +649,7 @@ std::vector<RequestOutput> LLMEngine::step() {
       decoding.push_back(&r);
     }
   }
-  if (ngram_proposer_) propose_drafts(decoding);
+  if (options_.speculative_config) propose_drafts(decoding);
   for (Request* r : done) requests_.erase(r->request_id);
   return outputs;
 }
@@ -648,35 +671,49 @@ void LLMEngine::check_invariants() const {
                              r.kv.block_hashes.size() * static_cast<size_t>(bs))),
                          static_cast<int32_t>(bs));
     PAGODA_CHECK(want == r.kv.block_hashes, "request {}: block hashes differ from its tokens'", id);
+    // Drafts may hold pages already (the MTP proposer's chain writes there).
+    const int64_t positions = r.num_tokens() + static_cast<int64_t>(r.spec_token_ids.size());
     for (size_t g = 0; g < r.kv.block_tables.size(); ++g) {
       const int64_t b = kv_->groups()[g].block_size;
-      PAGODA_CHECK(static_cast<int64_t>(r.kv.block_tables[g].size()) <= (r.num_tokens() + b - 1) / b,
-                   "request {}: group {} holds {} pages for {} tokens", id, g,
-                   r.kv.block_tables[g].size(), r.num_tokens());
+      PAGODA_CHECK(static_cast<int64_t>(r.kv.block_tables[g].size()) <= (positions + b - 1) / b,
+                   "request {}: group {} holds {} pages for {} tokens and {} drafts", id, g,
+                   r.kv.block_tables[g].size(), r.num_tokens(), r.spec_token_ids.size());
     }
   }
 }
 
 void LLMEngine::propose_drafts(const std::vector<Request*>& sampled) {
   const int32_t k = options_.speculative_config->num_speculative_tokens;
+  mtp_drafts_.clear();
   for (Request* r : sampled) {
     // A step of 1 + n tokens emits at most n + 1: drafts past max_tokens or
     // the context length could never be kept.
-    const int64_t room =
+    int64_t room =
         std::min<int64_t>(r->params.max_tokens - static_cast<int64_t>(r->output_ids.size()),
                           max_model_len_ - r->num_tokens()) - 1;
     r->spec_token_ids.clear();
-    if (room <= 0) continue;
     // A constrained request does not speculate: its drafts would have to be
     // checked against the grammar and the matcher rolled back on rejection.
-    if (r->grammar) continue;
-    if (options_.speculative_config->adaptive && !r->spec_adaptive.should_speculate()) continue;
+    if (r->grammar) room = 0;
+    if (room > 0 && options_.speculative_config->adaptive && !r->spec_adaptive.should_speculate())
+      room = 0;
+    if (mtp_proposer_) {  // every request goes (it trims pages of an earlier chain)
+      mtp_drafts_.push_back({r, static_cast<int32_t>(std::clamp<int64_t>(room, 0, k))});
+      continue;
+    }
+    if (room <= 0) continue;
     std::vector<int32_t>& context = propose_context_;
     context.assign(r->prompt_ids.begin(), r->prompt_ids.end());
     context.insert(context.end(), r->output_ids.begin(), r->output_ids.end());
     ngram_proposer_->propose(context, static_cast<int32_t>(std::min<int64_t>(k, room)),
                              &r->spec_token_ids);
   }
+  if (mtp_proposer_) mtp_proposer_->propose(mtp_drafts_);
+}
+
+void LLMEngine::set_mtp_observer(MtpProposer::Observer observer) {
+  if (!mtp_proposer_) throw_input_error("the MTP observer needs --speculative-config method mtp");
+  mtp_proposer_->set_observer(std::move(observer));
 }
 
 }  // namespace pagoda

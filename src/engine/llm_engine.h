@@ -13,6 +13,7 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode/mtp_proposer.h"
 #include "engine/spec_decode/ngram_proposer.h"
 #include "engine/spec_decode/spec_decode_metrics.h"
 #include "engine/spec_decode/speculative_config.h"
@@ -188,6 +189,9 @@ class LLMEngine {
   using LogitsObserver =
       std::function<void(const std::string& request_id, const float* logits, int64_t vocab_size)>;
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
+  // Sees the MTP proposer's logits and drafts (MtpProposer::Observer);
+  // InputError unless the engine speculates with method mtp.
+  void set_mtp_observer(MtpProposer::Observer observer);
   // Sees each layer's indexer picks (CausalLM::set_index_topk_observer);
   // false for a model without a top-k selection.
   bool set_index_topk_observer(CausalLM::IndexTopkObserver observer) {
@@ -245,7 +249,9 @@ class LLMEngine {
   std::vector<std::vector<SampledToken>> sampled_;  // [sampling row]: tokens to append
   std::vector<int32_t> num_accepted_;               // [sampling row]: drafts accepted
   std::unique_ptr<NgramProposer> ngram_proposer_;
-  std::vector<int32_t> propose_context_;  // scratch: prompt + output
+  std::unique_ptr<MtpProposer> mtp_proposer_;
+  std::vector<int32_t> propose_context_;          // scratch: prompt + output
+  std::vector<MtpProposer::Draft> mtp_drafts_;    // scratch: requests to draft for
   SpecDecodeStats spec_stats_;
 };
 

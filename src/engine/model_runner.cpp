@@ -235,6 +235,15 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
   in_step_ = false;
 }
 
+void ModelRunner::execute_mtp(const BatchMetadata& batch, const float* hidden, float* logits,
+                              float* hidden_out) {
+  PAGODA_CHECK(comm_.size() == 1, "MTP passes run on a single rank");
+  const auto start = std::chrono::steady_clock::now();
+  model_.mtp_forward(batch, hidden, kv_memory_.view(), logits, hidden_out);
+  forward_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void ModelRunner::broadcast_step(int64_t kind) {
   if (kind == kStep) {
     serialize(batch_, message_);

@@ -58,6 +58,10 @@ class ModelRunner {
   // parallelism (rank 0 only) the step's batch is broadcast to the workers
   // first.
   void execute(const SchedulerOutput& out, StepLogits* rows);
+  // Runs the model's MTP layer (CausalLM::mtp_forward) on `batch` over
+  // this runner's KV cache (spec_decode/mtp_proposer.h); single rank.
+  void execute_mtp(const BatchMetadata& batch, const float* hidden, float* logits,
+                   float* hidden_out);
   // Seconds spent in the model's forward passes by execute() so far: a
   // step's time less this is the engine's own bookkeeping (batch building,
   // scheduling, sampling, outputs), which bench latency reports.
