@@ -13,7 +13,7 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "engine/spec_decode/ngram_proposer.h"
+#include "engine/spec_decode/proposer.h"
 #include "engine/spec_decode/spec_decode_metrics.h"
 #include "engine/spec_decode/speculative_config.h"
 #include "kv/kv_cache_dtype.h"
@@ -206,14 +206,18 @@ class LLMEngine {
  private:
   void init_after_load(const std::string& model_dir, const EngineOptions& options,
                        std::vector<int64_t>* num_blocks, KVCachePlan* plan);
-  void init_speculation(const SpeculativeConfig& config, const KVCachePlan& plan);
+  // Creates the proposer (before the KV plan: its caches join it).
+  void init_speculation(const SpeculativeConfig& config);
   void append_token(Request& r, const SampledToken& sampled);
   // Fills the prompt logprob entries whose logits rows this step computed.
   void score_prompt_rows(const SchedulerOutput& sched);
   RequestOutput make_output(Request& r, size_t num_new_tokens);
-  // Speculative decoding: drafts the next step's tokens for every request
-  // that just got a token and decodes on (Request::spec_token_ids).
-  void propose_drafts(const std::vector<Request*>& sampled);
+  // Speculative decoding: hands every request of the step that goes on to
+  // the proposer, with the drafts wanted from each that just got a token
+  // and decodes on (Request::spec_token_ids).
+  void propose_drafts(const SchedulerOutput& sched, const std::vector<Request*>& decoding);
+  // How many drafts request r, which just got a token, should verify next.
+  int32_t num_drafts_wanted(Request& r);
   // Appends make_output(r, ...) unless r's output_kind holds it back
   // (FinalOnly before the request finishes).
   void emit_output(std::vector<RequestOutput>& outputs, Request& r, size_t num_new_tokens);
@@ -244,8 +248,9 @@ class LLMEngine {
   std::vector<PromptRowTask> prompt_row_tasks_;
   std::vector<std::vector<SampledToken>> sampled_;  // [sampling row]: tokens to append
   std::vector<int32_t> num_accepted_;               // [sampling row]: drafts accepted
-  std::unique_ptr<NgramProposer> ngram_proposer_;
-  std::vector<int32_t> propose_context_;  // scratch: prompt + output
+  std::unique_ptr<Proposer> proposer_;
+  bool proposer_keeps_kv_ = false;
+  std::vector<ProposalRequest> proposals_;  // scratch
   SpecDecodeStats spec_stats_;
 };
 

@@ -71,6 +71,23 @@ void deserialize(const std::vector<uint8_t>& buf, BatchMetadata& b) {
 
 }  // namespace
 
+namespace {
+
+// The layers [first, first + the model's layer count) of a view.
+KVCacheView layers_of(const KVCacheView& all, const CausalLM& model, int32_t first) {
+  int32_t count = 0;
+  for (const LayerKVCache& c : model.kv_cache_specs(all.dtype)) count = std::max(count, c.layer + 1);
+  PAGODA_CHECK(first >= 0 && first + count <= static_cast<int32_t>(all.layers.size()),
+               "layers [{}, {}) of a plan of {}", first, first + count, all.layers.size());
+  KVCacheView v;
+  v.block_size = all.block_size;
+  v.dtype = all.dtype;
+  v.layers.assign(all.layers.begin() + first, all.layers.begin() + first + count);
+  return v;
+}
+
+}  // namespace
+
 ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan,
                          const std::vector<int64_t>& num_blocks, DType kv_dtype,
                          parallel::Communicator& comm)
@@ -78,7 +95,23 @@ ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan,
       comm_(comm),
       plan_(plan),
       vocab_size_(model.config().vocab_size),
-      kv_memory_(plan_, num_blocks, kv_dtype) {
+      owned_memory_(std::make_unique<KVCacheMemory>(plan_, num_blocks, kv_dtype)),
+      memory_(owned_memory_.get()),
+      view_(layers_of(memory_->view(), model, 0)) {
+  batch_.kv_groups.resize(plan_.groups.size());
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    batch_.kv_groups[g].block_size = plan_.groups[g].block_size;
+  }
+}
+
+ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan, KVCacheMemory& memory,
+                         int32_t first_layer, parallel::Communicator& comm)
+    : model_(model),
+      comm_(comm),
+      plan_(plan),
+      vocab_size_(model.config().vocab_size),
+      memory_(&memory),
+      view_(layers_of(memory.view(), model, first_layer)) {
   batch_.kv_groups.resize(plan_.groups.size());
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     batch_.kv_groups[g].block_size = plan_.groups[g].block_size;
@@ -229,7 +262,7 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
   in_step_ = true;
   if (comm_.size() > 1) broadcast_step(kStep);
   const auto forward_start = std::chrono::steady_clock::now();
-  model_.forward(b, kv_memory_.view(), logits_.data());
+  model_.forward(b, view_, logits_.data());
   forward_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start).count();
   in_step_ = false;
@@ -257,7 +290,7 @@ int64_t ModelRunner::serve_worker() {
     message_.resize(static_cast<size_t>(header[1]));
     if (header[1] > 0) comm_.broadcast(message_.data(), header[1], 0);
     deserialize(message_, batch_);
-    model_.forward(batch_, kv_memory_.view(), nullptr);
+    model_.forward(batch_, view_, nullptr);
     ++steps;
   }
 }
