@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "engine/spec_decode/draft_model_proposer.h"
 #include "engine/spec_decode/ngram_proposer.h"
 #include "engine/spec_decode/rejection_sampler.h"
 
@@ -217,8 +218,19 @@ void LLMEngine::init_speculation(const SpeculativeConfig& c) {
       proposer_ = std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
       break;
     case SpeculativeMethod::DraftModel:
+      // The draft's passes run on rank 0 alone.
+      if (comm_.size() > 1) {
+        throw_input_error(
+            "--speculative-config: method draft_model is not supported under tensor "
+            "parallelism");
+      }
+      proposer_ = std::make_unique<DraftModelProposer>(
+          c.model, *model_, *tokenizer_, max_model_len_,
+          WeightOptions{options_.quantization, options_.repack_weights}, comm_);
+      break;
     case SpeculativeMethod::Mtp:
-      throw_input_error("--speculative-config: method {} is not implemented yet (ngram is)",
+      throw_input_error("--speculative-config: method {} is not implemented yet (ngram and "
+                        "draft_model are)",
                         speculative_method_name(c.method));
   }
 }
@@ -518,7 +530,13 @@ RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
   return out;
 }
 
-double LLMEngine::model_seconds() const { return runner_->forward_seconds(); }
+double LLMEngine::proposer_model_seconds() const {
+  return proposer_ ? proposer_->forward_seconds() : 0;
+}
+
+double LLMEngine::model_seconds() const {
+  return runner_->forward_seconds() + (proposer_ ? proposer_->forward_seconds() : 0);
+}
 
 void LLMEngine::emit_output(std::vector<RequestOutput>& outputs, Request& r,
                             size_t num_new_tokens) {

@@ -144,6 +144,9 @@ class LLMEngine {
   // (ModelRunner::forward_seconds): a step's time less this is the
   // engine's own work, which bench latency reports per decode step.
   double model_seconds() const;
+  // Of those, the seconds of a speculative proposer's own model (a draft
+  // model's passes; 0 without one).
+  double proposer_model_seconds() const;
 
   // Throws InputError for bad params, an empty or too long prompt or token
   // ids outside the vocabulary. Reads only immutable state: safe to call

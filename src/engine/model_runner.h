@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +40,15 @@ struct StepLogits {
   }
 };
 
+// A sequence of a proposer model's pass (spec_decode/draft_model_proposer.h):
+// positions [start, end) of the request's token_at() (its tokens, then its
+// drafts), with a logits row at end - 1 where `logits`.
+struct ProposerSequence {
+  const Request* request = nullptr;
+  int64_t start = 0, end = 0;
+  bool logits = false;
+};
+
 class ModelRunner {
  public:
   // `comm` is the tensor-parallel group (size 1: everything local). Every
@@ -63,6 +73,9 @@ class ModelRunner {
   // parallelism (rank 0 only) the step's batch is broadcast to the workers
   // first.
   void execute(const SchedulerOutput& out, StepLogits* rows);
+  // A proposer model's pass (the runner of the second constructor, one
+  // rank): logits_row(i) is the i-th sequence with `logits`.
+  void execute(std::span<const ProposerSequence> seqs);
   // Seconds spent in the model's forward passes by execute() so far: a
   // step's time less this is the engine's own bookkeeping (batch building,
   // scheduling, sampling, outputs), which bench latency reports.
@@ -98,7 +111,13 @@ class ModelRunner {
   // request keeps its row while it runs, and a step copies only the pages
   // it gained since (vLLM's persistent block table); each group's rows
   // count its own pages (KVGroupMetadata::block_size).
-  void update_block_tables(const SchedulerOutput& out);
+  void update_block_tables(std::span<const KVRequestState* const> seqs);
+  // Appends positions [start, end) of `r` to the batch (tokens, positions,
+  // slots, the sequence's bounds).
+  void add_sequence(const Request& r, int64_t start, int64_t end);
+  void begin_batch();
+  void forward();
+  std::vector<const KVRequestState*> seq_kv_;  // scratch
 
   CausalLM& model_;
   parallel::Communicator& comm_;

@@ -69,6 +69,9 @@ class Proposer {
   // none) and, for a proposer with caches, advances its
   // num_proposer_computed_tokens over what it computed.
   virtual void propose(const ProposeStep& step) = 0;
+  // Seconds the proposer's own model spent in forward passes so far (0
+  // without one): part of the engine's model time.
+  virtual double forward_seconds() const { return 0; }
 };
 
 }  // namespace pagoda
