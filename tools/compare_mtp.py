@@ -5,8 +5,10 @@ speculative proposer runs it) against tools/deepseek_reference.py.
 * MTP logits: the engine's row at position t (the layer on the main
   model's hidden state at t and token t+1, predicting t+2) must match the
   reference's mtp_logits(ids)[t] within rtol * max|ref| at every position
-  0..len(ids)-2: every position of the prompt and output, whatever chunks,
-  verify steps and recomputes computed it.
+  the engine ran it: every position of the prompt and output, whatever
+  chunks, verify steps and recomputes computed it, except the last step's
+  (a request that finishes is not caught up: at most --max-missing
+  positions, k + 1 for k drafts a step).
 * Drafts: each proposal (after num_tokens tokens) must be the reference's
   greedy chain mtp_propose(ids[:num_tokens], k). A draft that differs is
   allowed only at a near-tie (the engine's token within argmax_rtol *
@@ -29,16 +31,22 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--argmax-rtol", type=float, default=1e-5)
     ap.add_argument("--min-drafts", type=int, default=1)
+    ap.add_argument("--max-missing", type=int, default=4)
     a = ap.parse_args()
     got = json.load(open(a.pagoda_json))
     ids, rows = got["ids"], np.array(got["mtp_logits"], dtype=np.float64)
     m = DeepseekReference(a.model)
     ref = m.mtp_logits(ids)
     ok = True
-    if rows.shape != ref.shape:
-        print(f"FAIL {a.model}: {rows.shape[0]} MTP rows for {len(ids)} tokens (want {ref.shape[0]})")
+    if not len(ref) - a.max_missing <= len(rows) <= len(ref):
+        print(f"FAIL {a.model}: {len(rows)} MTP rows for {len(ids)} tokens (want {len(ref)} less at most "
+              f"{a.max_missing})")
         return 1
-    err = np.max(np.abs(rows - ref), axis=-1) / np.max(np.abs(ref), axis=-1)
+    ref = ref[: len(rows)]
+    # (a row of zeros happens: position 0's embedding is zeroed, and an
+    # --mtp-copy layer's eh_proj then passes nothing)
+    err = np.max(np.abs(rows - ref), axis=-1) / np.maximum(np.max(np.abs(ref), axis=-1), 1e-30)
+    err = np.where(np.isfinite(err), err, np.inf)
     worst = int(np.argmax(err))
     print(f"MTP logits: {len(ref)} positions, max relative error {err[worst]:.2e} at position {worst}")
     if err[worst] > a.rtol:

@@ -134,9 +134,16 @@ class DeepseekV3Model final : public CausalLM {
 
   // One latent entry per token and layer, [c_kv ; k_pe] (kv_lora_rank +
   // qk_rope_head_dim values, ops::MLALayout), the same on every rank.
-  // With MTP on, its layer's cache follows the stack's.
   std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
-    return deepseek_kv_cache_specs(config_, ds_, kv_dtype, mtp_ ? 1 : 0);
+    return deepseek_kv_cache_specs(config_, ds_, kv_dtype);
+  }
+  // The MTP block is one more MLA layer: a stack layer's caches.
+  std::vector<LayerKVCache> mtp_kv_cache_specs(DType kv_dtype) const override {
+    std::vector<LayerKVCache> caches;
+    for (const LayerKVCache& c : deepseek_kv_cache_specs(config_, ds_, kv_dtype)) {
+      if (c.layer == 0) caches.push_back(c);
+    }
+    return caches;
   }
 
   // A decode step of one token reads every dense matrix once, the shared
@@ -584,8 +591,7 @@ void DeepseekV3Model::ffn(const Layer& w, int64_t tokens) {
 void DeepseekV3Model::forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) {
   const int64_t tokens = batch.num_tokens(), h = config_.hidden_size;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
-  PAGODA_CHECK(kv.layers.size() == layers_.size() + (mtp_ ? 1 : 0), "kv layers {}",
-               kv.layers.size());
+  PAGODA_CHECK(kv.layers.size() == layers_.size(), "kv layers {}", kv.layers.size());
   reserve(tokens);
   vocab_.embed(batch.token_ids.data(), tokens, ws_.residual.data());
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -616,7 +622,8 @@ void DeepseekV3Model::mtp_forward(const BatchMetadata& batch, const float* hidde
   PAGODA_CHECK(comm_.size() == 1, "the MTP layer runs on a single rank");
   const int64_t tokens = batch.num_tokens(), h = config_.hidden_size;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
-  PAGODA_CHECK(kv.layers.size() == layers_.size() + 1, "kv layers {}", kv.layers.size());
+  PAGODA_CHECK(kv.layers.size() == layers_.size() + 1, "kv layers {} (the MTP layer's last)",
+               kv.layers.size());
   reserve(tokens);
   const MtpLayer& m = *mtp_;
   // [enorm(e) ; hnorm(h)], e the embedding of token t + 1, zeroed at
@@ -651,8 +658,7 @@ void DeepseekV3Model::mtp_forward(const BatchMetadata& batch, const float* hidde
 }  // namespace
 
 std::vector<LayerKVCache> deepseek_kv_cache_specs(const ModelConfig& config,
-                                                  const DeepseekConfig& ds, DType kv_dtype,
-                                                  int32_t mtp_layers) {
+                                                  const DeepseekConfig& ds, DType kv_dtype) {
   KVCacheSpec latent;
   const int64_t lora = ds.kv_lora_rank, rope = ds.qk_rope_head_dim;
   if (kv_dtype == DType::F8E4M3) {
@@ -663,7 +669,7 @@ std::vector<LayerKVCache> deepseek_kv_cache_specs(const ModelConfig& config,
     latent.format = fmt::format("mla {}+{} {}", lora, rope, dtype_name(kv_dtype));
   }
   std::vector<LayerKVCache> caches;
-  for (int32_t l = 0; l < static_cast<int32_t>(config.num_hidden_layers) + mtp_layers; ++l) {
+  for (int32_t l = 0; l < static_cast<int32_t>(config.num_hidden_layers); ++l) {
     caches.push_back({l, "latent", latent});
     if (ds.index_topk > 0) {
       caches.push_back({l, "indexer_k", LightningIndexer::cache_spec(ds, kv_dtype)});

@@ -23,11 +23,8 @@ namespace pagoda {
 // model: e4m3 latents, one f32 scale per 128 of them, bf16 rope values),
 // and for V3.2 the lightning indexer's key cache (index_head_dim values; fp8:
 // e4m3 values + one f32 scale, 132 bytes). The same on every rank.
-// mtp_layers: that many MTP layers' caches follow the stack's (layer ids
-// num_hidden_layers, ...), each like a stack layer's.
 std::vector<LayerKVCache> deepseek_kv_cache_specs(const ModelConfig& config,
-                                                  const DeepseekConfig& ds, DType kv_dtype,
-                                                  int32_t mtp_layers = 0);
+                                                  const DeepseekConfig& ds, DType kv_dtype);
 
 std::unique_ptr<CausalLM> make_deepseek_v3(const ModelConfig& config,
                                            std::unique_ptr<Checkpoint> checkpoint,

@@ -1,0 +1,71 @@
+// The draft-model proposer (vLLM's "draft_model" method): a smaller
+// checkpoint with the target's tokenizer drafts k tokens greedily, one
+// forward pass per token, over a batch of its own.
+//
+// Its K/V lives in the target's pools (proposer.h): its layers are extra
+// layers of the engine's KV plan, so each request's block tables, page
+// rollback (free_tail), preemption and prefix caching cover them. Each
+// step, after verification, it runs over every request of the step that
+// goes on:
+//  * first pass: the positions its caches lack (Request::
+//    num_proposer_computed_tokens on): for a request that drafts, up to
+//    its last token (the bonus or corrected one), whose logits give draft
+//    1; for one that does not (still in its prompt, or not speculating),
+//    up to what the target computed, so every block both models computed
+//    can enter the prefix cache. After a verification that position is
+//    usually just the new token: the drafts it fed last step at their
+//    positions and the target accepted are that K/V already.
+//  * k - 1 more passes of one token each: draft j at its position gives
+//    draft j + 1.
+// Drafts are the argmax of the draft's logits. At temperature > 0 the
+// verification treats them as a point mass (q(d) = 1: accept with
+// probability p(d), else draw from p without d), which keeps the output
+// exactly the target's distribution; vLLM's draft-model and EAGLE
+// proposers draft greedily and pass no draft probabilities either.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/spec_decode/proposer.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+class DraftModelProposer : public Proposer {
+ public:
+  // Loads the draft in `dir` (weights as the target's: `weights`) and checks
+  // it can draft for `target`: the same vocabulary size and tokenizer,
+  // caches of one entry per position, and positions for max_model_len.
+  // InputError otherwise.
+  DraftModelProposer(const std::string& dir, const CausalLM& target,
+                     const Tokenizer& target_tokenizer, int64_t max_model_len,
+                     const WeightOptions& weights, parallel::Communicator& comm);
+
+  std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override;
+  void bind_kv_cache(const KVCachePlan& plan, KVCacheMemory& memory, int32_t first_layer,
+                     KVCacheManager& kv) override;
+  void propose(const ProposeStep& step) override;
+  double forward_seconds() const override { return runner_ ? runner_->forward_seconds() : 0; }
+
+  const CausalLM& model() const { return *model_; }
+
+ private:
+  struct Drafting {
+    Request* request;
+    int64_t first_position;  // of draft 1: the request's token count
+    int32_t num_drafts;
+  };
+
+  std::unique_ptr<CausalLM> model_;
+  parallel::Communicator& comm_;
+  std::unique_ptr<ModelRunner> runner_;
+  KVCacheManager* kv_ = nullptr;
+  std::vector<ProposerSequence> seqs_;  // scratch
+  std::vector<Drafting> drafting_;      // scratch
+};
+
+}  // namespace pagoda
