@@ -4,6 +4,10 @@
 # a tiny random Qwen3 (real tokenizer, tools/make_random_checkpoint.py) and
 # a tiny DeepSeek V3 (MLA cache), alone and with chunked prefill, a tiny KV
 # pool (preemption) and small blocks; bad configs are usage errors (exit 2).
+# MTP (DeepSeek's MTP layer drafts): the same equality on tiny V3 and V3.2
+# checkpoints whose MTP layer mostly predicts the main model (drafts
+# accepted and rejected), and the layer's logits at every position and its
+# drafts against the numpy reference (tools/compare_mtp.py).
 set -uo pipefail
 pagoda=$1
 src=$2
@@ -92,7 +96,7 @@ same_ids() {
   local common=(generate --model "$model" --prompts-file "$tmp/prompts.jsonl" --temperature 0
                 --ignore-eos --json --no-progress "$@")
   "$pagoda" "${common[@]}" >"$tmp/$name.plain.json" 2>"$tmp/$name.err" &&
-    "$pagoda" "${common[@]}" --speculative-config "$ngram" >"$tmp/$name.spec.json" 2>"$tmp/$name.spec.err" ||
+    "$pagoda" "${common[@]}" --speculative-config "${spec_config:-$ngram}" >"$tmp/$name.spec.json" 2>"$tmp/$name.spec.err" ||
     { fail "$name: generate: $(tail -2 "$tmp/$name.err" "$tmp/$name.spec.err")"; return; }
   accepted_some "$name" "$tmp/$name.spec.err"
   cmp -s <($py -c 'import json,sys; [print(json.loads(l)["token_ids"]) for l in open(sys.argv[1])]' "$tmp/$name.plain.json") \
@@ -102,8 +106,38 @@ same_ids() {
 same_ids deepseek "$tmp/deepseek" --max-tokens 32
 same_ids deepseek_chunked "$tmp/deepseek" --max-tokens 32 --max-num-batched-tokens 5 --block-size 4
 
+mtp='{"method": "mtp", "num_speculative_tokens": 3, "adaptive": false}'
+for arch in v3 v32; do
+  $py "$src/tools/make_deepseek_checkpoint.py" --out "$tmp/mtp_$arch" --arch $arch --dtype f32 --seed 3 \
+    --mtp-copy 0.05 >/dev/null || fail "make_deepseek_checkpoint --mtp-copy ($arch)"
+  spec_config=$mtp same_ids mtp_$arch "$tmp/mtp_$arch" --max-tokens 32
+  spec_config=$mtp same_ids mtp_${arch}_chunked "$tmp/mtp_$arch" --max-tokens 32 --max-num-batched-tokens 5 \
+    --block-size 4
+done
+# 5 MLA layers (4 + MTP) x 320 bytes a position: room for about 70 positions.
+spec_config=$mtp same_ids mtp_v3_preempt "$tmp/mtp_v3" --max-tokens 32 --block-size 4 --max-model-len 64 \
+  --kv-cache-memory 115200
+
+# mtp_check NAME CKPT [pagoda args...]: the MTP layer's logits at every
+# position within 1e-4 of the reference, and its drafts the reference's.
+mtp_check() {
+  local name=$1 ckpt=$2
+  shift 2
+  "$pagoda" logits --model "$ckpt" --prompt-ids 1,45,300,17,88,102,7,256,511,3,99,140,12,400,23,77,5 \
+    --max-tokens 24 --out "$tmp/$name.logits.json" --mtp-out "$tmp/$name.mtp.json" \
+    --speculative-config "$mtp" "$@" 2>"$tmp/$name.err" ||
+    { fail "$name: pagoda logits --mtp-out: $(tail -2 "$tmp/$name.err")"; return; }
+  $py "$src/tools/compare_mtp.py" --model "$ckpt" --pagoda-json "$tmp/$name.mtp.json" --rtol 1e-4 \
+    --min-drafts 15 || fail "$name: MTP logits or drafts differ from the reference"
+}
+mtp_check mtp_ref_v3 "$tmp/deepseek"
+mtp_check mtp_ref_v3_chunked "$tmp/deepseek" --block-size 4 --max-num-batched-tokens 3
+mtp_check mtp_ref_v3_copy "$tmp/mtp_v3" --block-size 4
+mtp_check mtp_ref_v32 "$tmp/mtp_v32" --block-size 4 --max-num-batched-tokens 5
+
 # Bad configs: a usage error naming the flag, no crash.
 for bad in '{' '{"method": "ngram"}' '{"method": "eagle", "num_speculative_tokens": 2}' \
+           '{"method": "mtp", "num_speculative_tokens": 2}' \
            '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2}' \
            '{"method": "ngram", "num_speculative_tokens": 2, "bogus": 1}'; do
   "$pagoda" generate --model "$m" --prompt hi --max-tokens 2 --speculative-config "$bad" \
