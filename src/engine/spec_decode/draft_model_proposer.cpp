@@ -27,8 +27,22 @@ DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& t
                                        const WeightOptions& weights, parallel::Communicator& comm)
     : comm_(comm) {
   (void)max_model_len;  // RoPE has no hard limit: past its trained positions only acceptance suffers
-  model_ = load_model(dir, comm, weights);
+  try {
+    model_ = load_model(dir, comm, weights);
+  } catch (const InputError& e) {
+    throw_input_error("--speculative-config: the draft model: {}", e.what());
+  }
   const ModelConfig& draft = model_->config();
+  // Drafts are rolled back by counting their positions as not computed,
+  // which a cache folding several positions into one entry cannot do.
+  for (const LayerKVCache& c : model_->kv_cache_specs(DType::F32)) {
+    if (c.spec.compress_ratio != 1) {
+      throw_input_error(
+          "--speculative-config: the draft model {} ({}) has compressed KV caches ({}), which "
+          "cannot roll back rejected drafts",
+          dir, draft.architecture, c.spec.format);
+    }
+  }
   const ModelConfig& config = target.config();
   if (draft.vocab_size != config.vocab_size) {
     throw_input_error(
@@ -36,7 +50,12 @@ DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& t
         "a draft must share the target's tokenizer",
         dir, draft.vocab_size, config.vocab_size);
   }
-  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(dir);
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = Tokenizer::load(dir);
+  } catch (const InputError& e) {
+    throw_input_error("--speculative-config: the draft model's tokenizer: {}", e.what());
+  }
   if (const int32_t id = first_different_token(*tokenizer, target_tokenizer); id >= 0) {
     throw_input_error(
         "--speculative-config: the draft model {}'s tokenizer differs from the target's (first "
@@ -47,16 +66,6 @@ DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& t
       tokenizer->eos_token_id() != target_tokenizer.eos_token_id()) {
     throw_input_error(
         "--speculative-config: the draft model {}'s BOS/EOS tokens differ from the target's", dir);
-  }
-  // Drafts are rolled back by counting their positions as not computed,
-  // which a cache folding several positions into one entry cannot do.
-  for (const LayerKVCache& c : model_->kv_cache_specs(DType::F32)) {
-    if (c.spec.compress_ratio != 1) {
-      throw_input_error(
-          "--speculative-config: the draft model {} ({}) has compressed KV caches ({}), which "
-          "cannot roll back rejected drafts",
-          dir, draft.architecture, c.spec.format);
-    }
   }
 }
 
