@@ -51,6 +51,10 @@ DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& t
         dir, draft.vocab_size, config.vocab_size);
   }
   std::unique_ptr<Tokenizer> tokenizer;
+  if (target.weight_bytes_per_step() > 0) {
+    cost_per_draft_token_ = static_cast<double>(model_->weight_bytes_per_step()) /
+                            static_cast<double>(target.weight_bytes_per_step());
+  }
   try {
     tokenizer = Tokenizer::load(dir);
   } catch (const InputError& e) {
@@ -99,7 +103,11 @@ void DraftModelProposer::propose(const ProposeStep& step) {
       k = kv_->allocate(r.kv, r.num_computed_tokens, n) ? 1 : 0;
     }
     const int64_t start = r.num_proposer_computed_tokens;
-    const int64_t end = k > 0 ? n : r.num_computed_tokens;
+    // Drafting: up to the last token; else the prompt as far as the target
+    // computed it (header).
+    const int64_t prompt_computed =
+        std::min<int64_t>(r.num_computed_tokens, static_cast<int64_t>(r.prompt_ids.size()));
+    const int64_t end = k > 0 ? n : std::max(start, prompt_computed);
     PAGODA_CHECK(start <= end, "request {}: the draft computed {} positions, {} wanted",
                  r.request_id, start, end);
     if (start == end) continue;  // caught up (a prefix-cache hit, a short chunk)
