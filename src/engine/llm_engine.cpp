@@ -225,8 +225,7 @@ void LLMEngine::init_speculation(const SpeculativeConfig& c) {
             "parallelism");
       }
       proposer_ = std::make_unique<DraftModelProposer>(
-          c.model, *model_, *tokenizer_, max_model_len_,
-          WeightOptions{options_.quantization, options_.repack_weights}, comm_);
+          c.model, *model_, *tokenizer_, WeightOptions{options_.quantization, options_.repack_weights}, comm_);
       break;
     case SpeculativeMethod::Mtp:
       throw_input_error("--speculative-config: method {} is not implemented yet (ngram and "

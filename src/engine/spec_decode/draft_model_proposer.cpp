@@ -23,10 +23,9 @@ int32_t first_different_token(const Tokenizer& a, const Tokenizer& b) {
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& target,
-                                       const Tokenizer& target_tokenizer, int64_t max_model_len,
+                                       const Tokenizer& target_tokenizer,
                                        const WeightOptions& weights, parallel::Communicator& comm)
     : comm_(comm) {
-  (void)max_model_len;  // RoPE has no hard limit: past its trained positions only acceptance suffers
   try {
     model_ = load_model(dir, comm, weights);
   } catch (const InputError& e) {

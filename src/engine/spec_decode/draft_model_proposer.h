@@ -43,12 +43,13 @@ namespace pagoda {
 class DraftModelProposer : public Proposer {
  public:
   // Loads the draft in `dir` (weights as the target's: `weights`) and checks
-  // it can draft for `target`: the same vocabulary size and tokenizer,
-  // caches of one entry per position, and positions for max_model_len.
-  // InputError otherwise.
+  // it can draft for `target`: caches of one entry per position, the same
+  // vocabulary size, tokenizer and BOS/EOS. InputError otherwise. (Its
+  // trained context may be shorter than the target's: RoPE has no hard
+  // limit, and drafts past it are only accepted less often.)
   DraftModelProposer(const std::string& dir, const CausalLM& target,
-                     const Tokenizer& target_tokenizer, int64_t max_model_len,
-                     const WeightOptions& weights, parallel::Communicator& comm);
+                     const Tokenizer& target_tokenizer, const WeightOptions& weights,
+                     parallel::Communicator& comm);
 
   std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override;
   void bind_kv_cache(const KVCachePlan& plan, KVCacheMemory& memory, int32_t first_layer,
