@@ -232,8 +232,7 @@ void LLMEngine::init_speculation(const SpeculativeConfig& c) {
             "parallelism");
       }
       proposer_ = std::make_unique<DraftModelProposer>(
-          c.model, *model_, *tokenizer_, max_model_len_,
-          WeightOptions{options_.quantization, options_.repack_weights}, comm_);
+          c.model, *model_, *tokenizer_, WeightOptions{options_.quantization, options_.repack_weights}, comm_);
       break;
     case SpeculativeMethod::Mtp: {
       if (!model_->has_mtp_layer()) {
@@ -678,7 +677,8 @@ std::vector<RequestOutput> LLMEngine::step() {
     if (num_spec > 0) {
       const int32_t accepted = num_accepted_[static_cast<size_t>(i)];
       spec_stats_.record(static_cast<int32_t>(num_spec), accepted);
-      r.spec_adaptive.record(static_cast<int32_t>(num_spec), accepted);
+      r.spec_adaptive.record(static_cast<int32_t>(num_spec), accepted,
+                             proposer_->cost_per_draft_token());
       r.spec_token_ids.clear();
       if (!r.finished()) scheduler_->on_drafts_verified(&r, accepted);
     }

@@ -140,6 +140,28 @@ TEST(DraftModelSpeculation, PrefixCacheHitsServeTheDraftToo) {
   EXPECT_GE(static_cast<double>(accepted), 0.99 * static_cast<double>(drafted));
 }
 
+// The adaptive switch turns a draft as costly as the target off at once
+// (break-even 1 + (0.06 + 1) k tokens per step, above the k + 1 a step can
+// emit); every 64 steps a probe first feeds the draft the ~64 tokens it
+// missed, in one pass: with the target as its own draft, every probe's
+// drafts must still be accepted.
+TEST(DraftModelSpeculation, SwitchedOffRequestsCatchUpWhenTheyProbe) {
+  const auto prompts = many_prompts();
+  const auto plain = run(EngineOptions{}, prompts, {test::greedy(200)});
+  EngineOptions o;
+  o.block_size = 4;
+  o.speculative_config = draft(kModel, 2, /*adaptive=*/true);
+  LLMEngine engine(kModel, o);
+  expect_same(run(engine, prompts, {test::greedy(200)}), plain);
+  const SpecDecodeStats s = engine.stats().spec_decode;
+  // The first verify step of each request, then a probe at about every 64
+  // of its ~199 decode steps.
+  EXPECT_GE(s.num_drafts, static_cast<int64_t>(prompts.size()) * 3);
+  EXPECT_LE(s.num_drafts, static_cast<int64_t>(prompts.size()) * 5);
+  EXPECT_GE(s.acceptance_rate(), 0.99)
+      << s.num_accepted_tokens << " of " << s.num_draft_tokens;
+}
+
 // Requests that do not speculate (sampled with the adaptive switch, limits
 // that leave no room, logits processors) share the draft's batch with ones
 // that do; greedy ones still equal plain greedy.

@@ -23,12 +23,25 @@ int32_t first_different_token(const Tokenizer& a, const Tokenizer& b) {
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& target,
-                                       const Tokenizer& target_tokenizer, int64_t max_model_len,
+                                       const Tokenizer& target_tokenizer,
                                        const WeightOptions& weights, parallel::Communicator& comm)
     : comm_(comm) {
-  (void)max_model_len;  // RoPE has no hard limit: past its trained positions only acceptance suffers
-  model_ = load_model(dir, comm, weights);
+  try {
+    model_ = load_model(dir, comm, weights);
+  } catch (const InputError& e) {
+    throw_input_error("--speculative-config: the draft model: {}", e.what());
+  }
   const ModelConfig& draft = model_->config();
+  // Drafts are rolled back by counting their positions as not computed,
+  // which a cache folding several positions into one entry cannot do.
+  for (const LayerKVCache& c : model_->kv_cache_specs(DType::F32)) {
+    if (c.spec.compress_ratio != 1) {
+      throw_input_error(
+          "--speculative-config: the draft model {} ({}) has compressed KV caches ({}), which "
+          "cannot roll back rejected drafts",
+          dir, draft.architecture, c.spec.format);
+    }
+  }
   const ModelConfig& config = target.config();
   if (draft.vocab_size != config.vocab_size) {
     throw_input_error(
@@ -36,7 +49,16 @@ DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& t
         "a draft must share the target's tokenizer",
         dir, draft.vocab_size, config.vocab_size);
   }
-  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(dir);
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (target.weight_bytes_per_step() > 0) {
+    cost_per_draft_token_ = static_cast<double>(model_->weight_bytes_per_step()) /
+                            static_cast<double>(target.weight_bytes_per_step());
+  }
+  try {
+    tokenizer = Tokenizer::load(dir);
+  } catch (const InputError& e) {
+    throw_input_error("--speculative-config: the draft model's tokenizer: {}", e.what());
+  }
   if (const int32_t id = first_different_token(*tokenizer, target_tokenizer); id >= 0) {
     throw_input_error(
         "--speculative-config: the draft model {}'s tokenizer differs from the target's (first "
@@ -47,16 +69,6 @@ DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& t
       tokenizer->eos_token_id() != target_tokenizer.eos_token_id()) {
     throw_input_error(
         "--speculative-config: the draft model {}'s BOS/EOS tokens differ from the target's", dir);
-  }
-  // Drafts are rolled back by counting their positions as not computed,
-  // which a cache folding several positions into one entry cannot do.
-  for (const LayerKVCache& c : model_->kv_cache_specs(DType::F32)) {
-    if (c.spec.compress_ratio != 1) {
-      throw_input_error(
-          "--speculative-config: the draft model {} ({}) has compressed KV caches ({}), which "
-          "cannot roll back rejected drafts",
-          dir, draft.architecture, c.spec.format);
-    }
   }
 }
 
@@ -90,7 +102,11 @@ void DraftModelProposer::propose(const ProposeStep& step) {
       k = kv_->allocate(r.kv, r.num_computed_tokens, n) ? 1 : 0;
     }
     const int64_t start = r.num_proposer_computed_tokens;
-    const int64_t end = k > 0 ? n : r.num_computed_tokens;
+    // Drafting: up to the last token; else the prompt as far as the target
+    // computed it (header).
+    const int64_t prompt_computed =
+        std::min<int64_t>(r.num_computed_tokens, static_cast<int64_t>(r.prompt_ids.size()));
+    const int64_t end = k > 0 ? n : std::max(start, prompt_computed);
     PAGODA_CHECK(start <= end, "request {}: the draft computed {} positions, {} wanted",
                  r.request_id, start, end);
     if (start == end) continue;  // caught up (a prefix-cache hit, a short chunk)

@@ -10,11 +10,16 @@
 //  * first pass: the positions its caches lack (Request::
 //    num_proposer_computed_tokens on): for a request that drafts, up to
 //    its last token (the bonus or corrected one), whose logits give draft
-//    1; for one that does not (still in its prompt, or not speculating),
-//    up to what the target computed, so every block both models computed
-//    can enter the prefix cache. After a verification that position is
-//    usually just the new token: the drafts it fed last step at their
-//    positions and the target accepted are that K/V already.
+//    1; for one that does not draft, its prompt as far as the target
+//    computed it, so prompt blocks enter the prefix cache as the target
+//    computes them. After a verification that position is usually just the
+//    new token: the drafts it fed last step at their positions and the
+//    target accepted are that K/V already. Output tokens of a request that
+//    does not draft (the adaptive switch turned it off, a grammar, no
+//    room) are not fed: it catches up when it drafts again (one pass over
+//    the tokens it missed), so a switched-off request costs no draft pass;
+//    until then the prefix cache registers its output blocks only up to
+//    where the draft stopped.
 //  * k - 1 more passes of one token each: draft j at its position gives
 //    draft j + 1.
 // Drafts are the argmax of the draft's logits. At temperature > 0 the
@@ -38,18 +43,22 @@ namespace pagoda {
 class DraftModelProposer : public Proposer {
  public:
   // Loads the draft in `dir` (weights as the target's: `weights`) and checks
-  // it can draft for `target`: the same vocabulary size and tokenizer,
-  // caches of one entry per position, and positions for max_model_len.
-  // InputError otherwise.
+  // it can draft for `target`: caches of one entry per position, the same
+  // vocabulary size, tokenizer and BOS/EOS. InputError otherwise. (Its
+  // trained context may be shorter than the target's: RoPE has no hard
+  // limit, and drafts past it are only accepted less often.)
   DraftModelProposer(const std::string& dir, const CausalLM& target,
-                     const Tokenizer& target_tokenizer, int64_t max_model_len,
-                     const WeightOptions& weights, parallel::Communicator& comm);
+                     const Tokenizer& target_tokenizer, const WeightOptions& weights,
+                     parallel::Communicator& comm);
 
   std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override;
   void bind_kv_cache(const KVCachePlan& plan, KVCacheMemory& memory, int32_t first_layer,
                      KVCacheManager& kv) override;
   void propose(const ProposeStep& step) override;
   double forward_seconds() const override { return runner_ ? runner_->forward_seconds() : 0; }
+  // A decode pass is bound by reading the weights once (as the target's):
+  // the draft's weight bytes over the target's.
+  double cost_per_draft_token() const override { return cost_per_draft_token_; }
 
   const CausalLM& model() const { return *model_; }
 
@@ -64,6 +73,7 @@ class DraftModelProposer : public Proposer {
   parallel::Communicator& comm_;
   std::unique_ptr<ModelRunner> runner_;
   KVCacheManager* kv_ = nullptr;
+  double cost_per_draft_token_ = 0;
   std::vector<ProposerSequence> seqs_;  // scratch
   std::vector<Drafting> drafting_;      // scratch
 };

@@ -69,6 +69,9 @@ class Proposer {
   // none) and, for a proposer with caches, advances its
   // num_proposer_computed_tokens over what it computed.
   virtual void propose(const ProposeStep& step) = 0;
+  // What drafting one token costs, as a share of a plain decode step of the
+  // target (the adaptive switch adds it to the break-even); 0 for a lookup.
+  virtual double cost_per_draft_token() const { return 0; }
   // Seconds the proposer's own model spent in forward passes so far (0
   // without one): part of the engine's model time.
   virtual double forward_seconds() const { return 0; }
