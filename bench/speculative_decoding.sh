@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Single-stream decode with and without n-gram speculative decoding, in
-# interleaved pairs (plain, then speculative, same flags): `pagoda bench
-# latency --json` on a workload, printing each pair's decode tokens/s, the
-# speed-up, ms per step and the drafts' acceptance.
+# Single-stream decode with and without speculative decoding (n-gram by
+# default, or the config given: a draft model), in interleaved pairs
+# (plain, then speculative, same flags): `pagoda bench latency --json` on a
+# workload, printing each pair's decode tokens/s, the speed-up, ms per step,
+# the drafts' acceptance and each step's forward time in the target and in
+# the proposer's model.
 #
 #   bench/speculative_decoding.sh MODEL_DIR WORKLOAD [pairs=3] [speculative config] [pagoda]
 # WORKLOAD: editing  (--prompt-period 16: the prompt repeats a 16-token
@@ -11,6 +13,9 @@
 #                     drafts are proposed but almost never accepted; longer
 #                     sampled outputs of the random model start to loop)
 # e.g. bench/speculative_decoding.sh /tmp/qwen3-0.6b-random editing
+#      bench/speculative_decoding.sh /tmp/qwen3-0.6b-random editing 2 \
+#        '{"method": "draft_model", "model": "DRAFT", "num_speculative_tokens": 3}'
+#      (DRAFT: tools/cut_checkpoint_layers.py --src MODEL_DIR --out DRAFT --layers 2)
 set -euo pipefail
 model=${1:?usage: bench/speculative_decoding.sh MODEL_DIR WORKLOAD [pairs] [config] [pagoda]}
 workload=${2:?editing or rejected}
@@ -37,7 +42,8 @@ print(f"plain {p['decode_tokens_per_s']:.2f} tok/s ({p['decode_ms_per_step']:.1f
       f"speed-up {s['decode_tokens_per_s'] / p['decode_tokens_per_s']:.2f}x | "
       f"acceptance {100 * sp['acceptance_rate']:.1f}%, {sp['num_drafts']} drafts, "
       f"mean length {sp['mean_acceptance_length']:.2f}, per position "
-      f"{[round(x, 2) for x in sp['acceptance_per_position']]}")
+      f"{[round(x, 2) for x in sp['acceptance_per_position']]} | forward per step: target "
+      f"{sp['target_ms_per_step']:.1f} ms, proposer {sp['proposer_ms_per_step']:.1f} ms")
 PY
 done
 echo "load after: $(cat /proc/loadavg)"

@@ -34,7 +34,16 @@ Semantics decided (see the notes at each function):
   and i % moe_layer_freq == 0.
 * FP8: weight = f32(float(e4m3) * f32 scale_inv) per 128x128 block (one f32
   product, bit-exact with a C++ kernel doing the same), then float64.
-* The MTP layer (model.layers.{num_hidden_layers}) is loaded but not run.
+* The MTP layer (model.layers.{num_hidden_layers}, spec §3.1.5) runs in
+  mtp_logits / mtp_propose: position t pairs the main model's hidden state
+  h_t (after model.norm) with token t+1: x = eh_proj[enorm(e) ; hnorm(h_t)]
+  (embedding half first; e = the embedding of token t+1, zeroed at position
+  0 as vLLM does), one full decoder block (the layer's own attention over
+  the MTP positions 0..t, its indexer for V3.2, its MoE), then logits =
+  shared_head.head(shared_head.norm(x')) predict token t+2. Drafting chains
+  the layer: draft j+1 comes from the pair (x' of the previous MTP
+  position, draft j) at the next position (vLLM feeds the block's output,
+  before shared_head.norm, back in).
 * RMSNorm eps: rms_norm_eps for every norm, q_a/kv_a_layernorm included (as
   vLLM; HF's DeepseekV3 builds those two with its default 1e-6; the writer
   uses 1e-6, where both agree).
@@ -574,6 +583,57 @@ class DeepseekReference:
             for t, sel in enumerate(sets):
                 allowed[t, sel] = True
         return attn(*inputs, p, pos, allowed)
+
+    # ---- MTP (spec §3.1.5) -----------------------------------------------
+    def _mtp_prefix(self):
+        if not self.cfg.get("num_nextn_predict_layers"):
+            raise ValueError("the checkpoint has no MTP layer (num_nextn_predict_layers 0)")
+        return f"model.layers.{self.layers}."
+
+    def mtp_block(self, tokens, prev_hidden, pos):
+        """The MTP layer's output x' [T, hidden] for the pairs (prev_hidden[t],
+        tokens[t]) at positions pos (0..T-1, attending causally to each other)."""
+        W, p, L = self.w, self._mtp_prefix(), self.layers
+        embed = W.get(p + "embed_tokens.weight", W["model.embed_tokens.weight"])
+        e = embed[np.asarray(tokens, dtype=np.int64)].astype(np.float64)
+        e[pos == 0] = 0.0
+        x = self._mm(np.concatenate([self._rms(e, W[p + "enorm.weight"]),
+                                     self._rms(prev_hidden, W[p + "hnorm.weight"])], axis=-1), p + "eh_proj.weight")
+        attn = self.attention_absorbed if self.absorbed else self.attention_mha
+        h = self._rms(x, W[p + "input_layernorm.weight"])
+        x = x + self._attention_block(h, p, pos, L, attn)
+        h = self._rms(x, W[p + "post_attention_layernorm.weight"])
+        return x + (self.moe(h, p, L) if self.is_moe(L) else self._swiglu(h, p + "mlp."))
+
+    def mtp_head(self, x):
+        p = self._mtp_prefix()
+        head = p + "shared_head.head.weight" if p + "shared_head.head.weight" in self.w else "lm_head.weight"
+        return self._mm(self._rms(x, self.w[p + "shared_head.norm.weight"]), head)
+
+    def mtp_logits(self, ids):
+        """[len(ids) - 1, vocab]: row t predicts token t + 2 from (h_t, ids[t+1])."""
+        ids = np.asarray(ids, dtype=np.int64)
+        h = self.hidden(ids)
+        pos = np.arange(len(ids) - 1)
+        return self.mtp_head(self.mtp_block(ids[1:], h[:-1], pos))
+
+    def mtp_propose(self, ids, k):
+        """k greedy drafts after ids (the tokens at len(ids)..len(ids)+k-1),
+        chaining the MTP layer; also the logits row of each."""
+        ids = np.asarray(ids, dtype=np.int64)
+        h = self.hidden(ids)
+        tokens, prev = list(ids[1:]), list(h[:-1])
+        drafts, rows = [], []
+        for _ in range(k):
+            pos = np.arange(len(tokens))
+            x = self.mtp_block(np.array(tokens), np.array(prev), pos)
+            row = self.mtp_head(x[-1:])[0]
+            d = int(np.argmax(row))
+            drafts.append(d)
+            rows.append(row)
+            tokens.append(d)
+            prev.append(x[-1])
+        return drafts, rows
 
     def forward(self, ids, absorbed=None):
         """Logits [len(ids), vocab] (float64) for every position."""

@@ -35,6 +35,16 @@ to factor * original_max_position_embeddings (4096 tiny, 163840 wide, as
 V3's 40 * 4096), not the spec's max_seq_len 2048: some transformers
 versions derive the YaRN factor from that ratio, so keeping it equal to
 `factor` makes every loader build the same RoPE table.
+--mtp-copy S: an MTP layer that predicts what the main model will: every
+residual branch's output projection (o_proj, down_proj of the dense MLP,
+experts and shared experts, in the stack and the MTP block) is scaled by S,
+so with small S the main model is nearly a bigram model (next token ~
+argmax lm_head(norm(embed(token)))); the MTP layer gets enorm = 1,
+eh_proj = [I, 0] (the embedding half only) and shared_head.norm =
+model.norm, so from (h_t, token t+1) it predicts ~ the bigram successor of
+token t+1, i.e. the main model's next prediction. Drafts are then mostly
+(not always: the S-sized context terms differ) accepted, for acceptance
+tests of the `mtp` proposer.
 --broken missing-scale|scale-shape|unknown-quant-method (with --fp8) writes
 a bad checkpoint for the engine's refusal tests.
 
@@ -194,6 +204,20 @@ def tensor_list(c, mtp_layers):
     return out
 
 
+def mtp_copy_spec(spec, scale):
+    """--mtp-copy: one tensor_list entry rewritten (see the module doc)."""
+    name, shape, kind, std, fp8 = spec
+    if name.endswith(("o_proj.weight", "down_proj.weight")):
+        return name, shape, kind, std * scale, fp8
+    if name.endswith("eh_proj.weight"):
+        return name, shape, "eye_left", 0.0, fp8
+    if name.endswith("enorm.weight"):
+        return name, shape, "ones", 0.0, fp8
+    if name.endswith("shared_head.norm.weight"):
+        return name, shape, "norm_of:model.norm.weight", std, fp8
+    return spec
+
+
 def draw(seed, name, kind, shape, std):
     """The float32 values of one tensor, yielded in chunks of BLOCK rows (the
     FP8 block height, so the chunks quantise independently). The MTP copies
@@ -203,6 +227,18 @@ def draw(seed, name, kind, shape, std):
         name = "model.embed_tokens.weight"
     if name.endswith("shared_head.head.weight"):
         name = "lm_head.weight"
+    if kind == "ones":
+        yield np.ones(shape, dtype=np.float32)
+        return
+    if kind == "eye_left":  # [I, 0]: rows pick the first half of the input
+        for r in range(0, shape[0], BLOCK):
+            n = min(BLOCK, shape[0] - r)
+            chunk = np.zeros((n, shape[1]), dtype=np.float32)
+            chunk[np.arange(n), r + np.arange(n)] = 1.0
+            yield chunk
+        return
+    if kind.startswith("norm_of:"):  # the values of another norm (named after the ':')
+        name, kind = kind.split(":", 1)[1], "norm"
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     if len(shape) == 1:
         if kind == "bias":
@@ -299,6 +335,8 @@ def main():
     ap.add_argument("--rope-type", choices=["yarn", "deepseek_yarn"], default="yarn")
     ap.add_argument("--max-position-embeddings", type=int, default=0, help="default factor * original")
     ap.add_argument("--q-lora-rank", type=int, default=None, help="0: null (q_proj instead of q_a/q_b)")
+    ap.add_argument("--mtp-copy", type=float, default=None, metavar="S",
+                    help="an MTP layer built to predict the main model's next token (see above)")
     ap.add_argument("--broken", choices=["missing-scale", "scale-shape", "unknown-quant-method"],
                     help="with --fp8: a bad checkpoint for refusal tests (layer 0's q_a_proj/q_proj loses "
                          "its weight_scale_inv, or gets one column too many; or quant_method 'fp7')")
@@ -343,6 +381,10 @@ def main():
     c = build_config(a, p)
     c["_index_weights_std"] = a.index_weights_std
     specs = tensor_list(c, p["mtp"])
+    if a.mtp_copy is not None:
+        if not p["mtp"]:
+            ap.error("--mtp-copy needs an MTP layer (--mtp >= 1)")
+        specs = [mtp_copy_spec(spec, a.mtp_copy) for spec in specs]
 
     os.makedirs(a.out, exist_ok=True)
     float_dt = {"f32": "F32", "bf16": "BF16"}[a.dtype]

@@ -69,6 +69,7 @@ struct Run {
   // kernel thread spins for a while, so gaps between ops count too).
   double prefill_cpu_s = 0, decode_cpu_s = 0;
   double decode_model_s = 0;  // of decode_s, in the model's forward passes
+  double decode_proposer_s = 0;  // of decode_model_s, in a draft model's passes
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;      // emitted in the decode steps (several a step when speculating)
   int64_t kv_bytes_held = 0;      // --context-len: the requests' pages once the contexts are in
@@ -145,6 +146,7 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   auto t_first = t0;
   const bool speculating = engine.options().speculative_config.has_value();
   double model_s_first = engine.model_seconds();
+  double proposer_s_first = engine.proposer_model_seconds();
   while (engine.has_unfinished()) {
     int64_t emitted = 0;
     for (const RequestOutput& out : engine.step()) {
@@ -165,10 +167,12 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
       t_first = Clock::now();
       cpu_first = process_cpu_seconds();
       model_s_first = engine.model_seconds();
+      proposer_s_first = engine.proposer_model_seconds();
     } else if (r.prefill_s == 0) {
       t_first = Clock::now();
       cpu_first = process_cpu_seconds();
       model_s_first = engine.model_seconds();
+      proposer_s_first = engine.proposer_model_seconds();
       r.prefill_s = std::chrono::duration<double>(t_first - t0).count();
       r.prefill_cpu_s = cpu_first - cpu0;
     } else {
@@ -178,6 +182,7 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   r.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
   r.decode_cpu_s = process_cpu_seconds() - cpu_first;
   r.decode_model_s = engine.model_seconds() - model_s_first;
+  r.decode_proposer_s = engine.proposer_model_seconds() - proposer_s_first;
   return r;
 }
 
@@ -262,6 +267,7 @@ int run_latency(LatencyArgs& a) {
   std::mt19937_64 rng(a.seed);
   std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms, engine_ms;
   std::vector<double> prefill_cpu_s, step_cpu_ms;  // per run, as prefill_tps / step_ms
+  std::vector<double> target_ms, proposer_ms;  // per decode step, in each model's passes
   int64_t kv_bytes_held = 0, kv_bytes_reserved = 0;
   SpecDecodeStats spec_before;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
@@ -284,6 +290,8 @@ int run_latency(LatencyArgs& a) {
       step_ms.push_back(1e3 * r.decode_s / r.decode_steps);
       step_cpu_ms.push_back(1e3 * r.decode_cpu_s / r.decode_steps);
       engine_ms.push_back(1e3 * (r.decode_s - r.decode_model_s) / r.decode_steps);
+      target_ms.push_back(1e3 * (r.decode_model_s - r.decode_proposer_s) / r.decode_steps);
+      proposer_ms.push_back(1e3 * r.decode_proposer_s / r.decode_steps);
     }
   }
   const int64_t peak_rss = std::max(load_peak_rss, peak_rss_bytes());
@@ -435,7 +443,12 @@ int run_latency(LatencyArgs& a) {
                         {"num_accepted_tokens", spec.num_accepted_tokens},
                         {"acceptance_rate", spec.acceptance_rate()},
                         {"mean_acceptance_length", spec.mean_acceptance_length()},
-                        {"acceptance_per_position", per_pos}};
+                        {"acceptance_per_position", per_pos},
+                        // Each decode step's forward time: the target's
+                        // (a verify pass) and the proposer's own model's
+                        // (a draft model's k passes; 0 for n-gram).
+                        {"target_ms_per_step", if_decoded(decoded ? median(target_ms) : 0)},
+                        {"proposer_ms_per_step", if_decoded(decoded ? median(proposer_ms) : 0)}};
   }
   if (a.json) {
     std::printf("%s\n", j.dump().c_str());
@@ -519,11 +532,13 @@ int run_latency(LatencyArgs& a) {
     for (double v : per_pos) positions += fmt::format("{}{:.2f}", positions.empty() ? "" : " ", v);
     std::printf(
         "speculative (%s, k %d): %lld drafts, acceptance rate %.1f%%, mean acceptance length "
-        "%.2f tokens/step, per position [%s]\n",
+        "%.2f tokens/step, per position [%s]; forward per decode step: target %.2f ms, proposer "
+        "%.2f ms\n",
         speculative_method_name(a.engine.speculative_config->method),
         a.engine.speculative_config->num_speculative_tokens,
         static_cast<long long>(spec.num_drafts), 100 * spec.acceptance_rate(),
-        spec.mean_acceptance_length(), positions.c_str());
+        spec.mean_acceptance_length(), positions.c_str(), decoded ? median(target_ms) : 0.0,
+        decoded ? median(proposer_ms) : 0.0);
   }
   std::printf(
       "memory: peak RSS %.1f MiB%s, RSS %.1f MiB, weights %.1f MiB, KV pool %.1f MiB (%s)\n",

@@ -130,9 +130,11 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
       "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' "
       "drafts up to num_speculative_tokens tokens per request and step from the latest earlier "
       "match of the context's last n tokens (n from prompt_lookup_max down to "
-      "prompt_lookup_min), verified in the same step; greedy output is unchanged, sampled "
-      "output keeps its distribution (rejection sampling). \"adaptive\": false keeps "
-      "drafting for requests whose acceptance is below the break-even");
+      "prompt_lookup_min), verified in the same step; '{\"method\": \"draft_model\", "
+      "\"model\": DIR, \"num_speculative_tokens\": 3}' drafts with a smaller checkpoint "
+      "that shares the target's tokenizer (its K/V in the same pool); greedy output is "
+      "unchanged, sampled output keeps its distribution (rejection sampling). \"adaptive\": "
+      "false keeps drafting for requests whose acceptance is below the break-even");
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Context length limit (default: the model's max_position_embeddings; a longer "
                  "one is refused unless PAGODA_ALLOW_LONG_MAX_MODEL_LEN=1 is set, as in vLLM)")

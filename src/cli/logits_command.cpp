@@ -3,6 +3,9 @@
 // (tools/compare_logits.py). --dump-index-topk FILE also writes the
 // indexer's picks of every layer and query (DeepSeek V3.2), in the format of
 // tools/deepseek_reference.py --topk-out, to compare them as sets.
+// --mtp-out FILE (with --speculative-config method mtp) writes the MTP
+// layer's logits at every position and every draft it proposed, for
+// tools/compare_mtp.py.
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -23,6 +26,7 @@ struct LogitsArgs {
   int max_tokens = 32;
   std::string out;
   std::string dump_index_topk;
+  std::string mtp_out;
   EngineOptions engine;
 };
 
@@ -55,6 +59,24 @@ int run_logits(const LogitsArgs& a) {
                         "top-k, as DeepSeek V3.2 has)");
     }
   }
+  // Position -> the MTP layer's logits there (a recompute writes the same
+  // position again); the drafts in the order proposed.
+  std::map<int64_t, std::vector<float>> mtp_rows;
+  nlohmann::json mtp_drafts = nlohmann::json::array();
+  if (!a.mtp_out.empty()) {
+    MtpProposer::Observer observer;
+    observer.logits = [&](const std::string&, int64_t position, const float* logits,
+                          int64_t vocab) {
+      mtp_rows[position].assign(logits, logits + vocab);
+    };
+    observer.drafts = [&](const std::string&, int64_t num_tokens, std::span<const int32_t> d) {
+      if (!d.empty()) {
+        mtp_drafts.push_back({{"num_tokens", num_tokens},
+                              {"drafts", std::vector<int32_t>(d.begin(), d.end())}});
+      }
+    };
+    llm.engine().set_mtp_observer(std::move(observer));
+  }
   SamplingParams params;
   params.temperature = 0;
   params.max_tokens = a.max_tokens;
@@ -73,6 +95,21 @@ int run_logits(const LogitsArgs& a) {
   std::ofstream out(a.out);
   if (!out) throw_input_error("cannot write '{}'", a.out);
   out << j.dump() << "\n";
+  if (!a.mtp_out.empty()) {
+    std::vector<int32_t> ids = a.prompt_ids;
+    ids.insert(ids.end(), outputs[0].token_ids.begin(), outputs[0].token_ids.end());
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& [pos, row] : mtp_rows) {
+      if (pos != static_cast<int64_t>(rows.size())) {
+        throw InternalError(fmt::format("--mtp-out: no MTP logits at position {}", rows.size()));
+      }
+      rows.push_back(row);
+    }
+    std::ofstream mtp(a.mtp_out);
+    if (!mtp) throw_input_error("cannot write '{}'", a.mtp_out);
+    mtp << nlohmann::json({{"ids", ids}, {"mtp_logits", rows}, {"drafts", mtp_drafts}}).dump()
+        << "\n";
+  }
   if (!a.dump_index_topk.empty()) {
     // deepseek_reference.py --topk-out's layout: "layers": {"L": [picks of
     // position 0, 1, ...]}, with the ids the model ran on (the last output
@@ -118,6 +155,9 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_option("--dump-index-topk", args->dump_index_topk,
                   "Also write the indexer's picks per layer and query as JSON (DeepSeek V3.2; "
                   "the format of tools/deepseek_reference.py --topk-out)");
+  cmd->add_option("--mtp-out", args->mtp_out,
+                  "With --speculative-config method mtp: also write the MTP layer's logits at "
+                  "every position and its drafts as JSON (tools/compare_mtp.py)");
   add_engine_flags(*cmd, args->engine);
   return
       [args] { return run_on_rank0(args->model, args->engine, [&] { return run_logits(*args); }); };

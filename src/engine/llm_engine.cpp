@@ -10,6 +10,8 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "engine/spec_decode/draft_model_proposer.h"
+#include "engine/spec_decode/ngram_proposer.h"
 #include "engine/spec_decode/rejection_sampler.h"
 
 namespace pagoda {
@@ -110,7 +112,8 @@ int32_t block_size_of(const CausalLM& model, const EngineOptions& options) {
   return options.block_size > 0 ? options.block_size : model.default_block_size();
 }
 
-KVCachePlan kv_cache_plan(CausalLM& model, const EngineOptions& options) {
+KVCachePlan kv_cache_plan(CausalLM& model, const EngineOptions& options,
+                          const std::vector<LayerKVCache>& proposer_caches = {}) {
   const DType dtype = kv_dtype_of(model, options);
   if (options.indexer_cache_dtype != IndexerCacheDType::Auto) {
     if (!model.has_indexer_cache()) {
@@ -127,8 +130,15 @@ KVCachePlan kv_cache_plan(CausalLM& model, const EngineOptions& options) {
         "kv_lora_rank a multiple of 128)",
         kv_dtype_label(dtype), model.config().architecture);
   }
-  return plan_kv_cache(model.kv_cache_specs(kv_dtype_of(model, options)),
-                       block_size_of(model, options));
+  std::vector<LayerKVCache> caches = model.kv_cache_specs(kv_dtype_of(model, options));
+  // A proposer's caches (a draft model's layers) follow the target's layers.
+  int32_t first_layer = 0;
+  for (const LayerKVCache& c : caches) first_layer = std::max(first_layer, c.layer + 1);
+  for (LayerKVCache c : proposer_caches) {
+    c.layer += first_layer;
+    caches.push_back(std::move(c));
+  }
+  return plan_kv_cache(caches, block_size_of(model, options));
 }
 
 }  // namespace
@@ -191,30 +201,58 @@ LLMEngine::LLMEngine(const std::string& model_dir, const EngineOptions& options)
       options.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options_.block_size,
-                      options.scheduling_policy, options.max_num_scored_prompt_tokens},
+                      options.scheduling_policy, options.max_num_scored_prompt_tokens,
+                      proposer_keeps_kv_},
       *kv_);
   runner_ = std::make_unique<ModelRunner>(*model_, plan, num_blocks, kv_dtype_of(*model_, options),
                                           comm_);
   if (options.prefault_kv_cache) runner_->prefault_kv_cache();
-  if (options.speculative_config) init_speculation(*options.speculative_config, plan);
+  if (proposer_keeps_kv_) {
+    proposer_->bind_kv_cache(plan, runner_->kv_memory(), runner_->num_layers(), *kv_);
+  }
+  // MTP entries pair a position with the next token (KVCacheManager).
+  if (mtp_proposer_) kv_->set_drop_last_hit_block(true);
 }
 
-void LLMEngine::init_speculation(const SpeculativeConfig& c, const KVCachePlan& plan) {
-  if (c.method != SpeculativeMethod::Ngram) {
-    throw_input_error("--speculative-config: method {} is not implemented yet (ngram is)",
-                      speculative_method_name(c.method));
-  }
-  // Rejected drafts are rolled back by counting their positions as not
-  // computed: right for caches with one entry per position, not for
-  // compressed entries folded from several positions (DeepSeek V4).
-  for (const KVCacheGroup& g : plan.groups) {
-    if (g.spec.compress_ratio != 1) {
-      throw_input_error("--speculative-config: {} has compressed KV caches ({}), whose entries "
-                        "cannot roll back rejected drafts; speculative decoding is not supported",
-                        model_->config().model_type, g.spec.format);
+void LLMEngine::set_mtp_observer(MtpProposer::Observer observer) {
+  if (!mtp_proposer_) throw_input_error("the MTP observer needs --speculative-config method mtp");
+  mtp_proposer_->set_observer(std::move(observer));
+}
+
+void LLMEngine::init_speculation(const SpeculativeConfig& c) {
+  switch (c.method) {
+    case SpeculativeMethod::Ngram:
+      proposer_ = std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
+      break;
+    case SpeculativeMethod::DraftModel:
+      // The draft's passes run on rank 0 alone.
+      if (comm_.size() > 1) {
+        throw_input_error(
+            "--speculative-config: method draft_model is not supported under tensor "
+            "parallelism");
+      }
+      proposer_ = std::make_unique<DraftModelProposer>(
+          c.model, *model_, *tokenizer_, WeightOptions{options_.quantization, options_.repack_weights}, comm_);
+      break;
+    case SpeculativeMethod::Mtp: {
+      if (!model_->has_mtp_layer()) {
+        throw_input_error(
+            "--speculative-config: method mtp needs a checkpoint with an MTP layer the engine "
+            "runs (DeepSeek V3/V3.2 with num_nextn_predict_layers >= 1); {} has none",
+            model_->config().architecture);
+      }
+      // The layer's passes run on rank 0 alone.
+      if (comm_.size() > 1) {
+        throw_input_error(
+            "--speculative-config: method mtp is not supported under tensor parallelism");
+      }
+      model_->enable_mtp();
+      auto mtp = std::make_unique<MtpProposer>(*model_);
+      mtp_proposer_ = mtp.get();
+      proposer_ = std::move(mtp);
+      break;
     }
   }
-  ngram_proposer_ = std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
 }
 
 void LLMEngine::init_after_load(const std::string& model_dir, const EngineOptions& options,
@@ -245,8 +283,25 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
   if (eos_ids_.empty() && tokenizer_->eos_token_id())
     eos_ids_.push_back(*tokenizer_->eos_token_id());
 
+  // The proposer first: a draft model's caches join the target's plan.
+  std::vector<LayerKVCache> proposer_caches;
+  if (options.speculative_config) {
+    init_speculation(*options.speculative_config);
+    proposer_caches = proposer_->kv_cache_specs(kv_dtype_of(*model_, options));
+    proposer_keeps_kv_ = !proposer_caches.empty();
+  }
   KVCachePlan& plan = *plan_out;
-  plan = kv_cache_plan(*model_, options);
+  plan = kv_cache_plan(*model_, options, proposer_caches);
+  // Rejected drafts are rolled back by counting their positions as not
+  // computed: right for caches with one entry per position, not for
+  // compressed entries folded from several positions (DeepSeek V4).
+  for (const KVCacheGroup& g : plan.groups) {
+    if (proposer_ && g.spec.compress_ratio != 1) {
+      throw_input_error("--speculative-config: {} has compressed KV caches ({}), whose entries "
+                        "cannot roll back rejected drafts; speculative decoding is not supported",
+                        model_->config().model_type, g.spec.format);
+    }
+  }
   // Pools of different page granularity need different block counts: each
   // gets its share of the budget by what one max_model_len sequence needs
   // from it (size_kv_pools).
@@ -373,6 +428,7 @@ void LLMEngine::add_request_with_context(const std::string& request_id,
   PAGODA_CHECK(kv_->allocate(r.kv, num_computed, num_computed), "releasing needs no page");
   runner_->fill_kv_pages(r.kv, seed);
   r.num_computed_tokens = num_computed;
+  r.num_proposer_computed_tokens = num_computed;  // a proposer's pages are filled alike
   scheduler_->add(&r);
   requests_.emplace(request_id, std::move(request));
 }
@@ -494,7 +550,13 @@ RequestOutput LLMEngine::make_output(Request& r, size_t num_new_tokens) {
   return out;
 }
 
-double LLMEngine::model_seconds() const { return runner_->forward_seconds(); }
+double LLMEngine::proposer_model_seconds() const {
+  return proposer_ ? proposer_->forward_seconds() : 0;
+}
+
+double LLMEngine::model_seconds() const {
+  return runner_->forward_seconds() + (proposer_ ? proposer_->forward_seconds() : 0);
+}
 
 void LLMEngine::emit_output(std::vector<RequestOutput>& outputs, Request& r,
                             size_t num_new_tokens) {
@@ -615,7 +677,8 @@ std::vector<RequestOutput> LLMEngine::step() {
     if (num_spec > 0) {
       const int32_t accepted = num_accepted_[static_cast<size_t>(i)];
       spec_stats_.record(static_cast<int32_t>(num_spec), accepted);
-      r.spec_adaptive.record(static_cast<int32_t>(num_spec), accepted);
+      r.spec_adaptive.record(static_cast<int32_t>(num_spec), accepted,
+                             proposer_->cost_per_draft_token());
       r.spec_token_ids.clear();
       if (!r.finished()) scheduler_->on_drafts_verified(&r, accepted);
     }
@@ -626,7 +689,7 @@ std::vector<RequestOutput> LLMEngine::step() {
       decoding.push_back(&r);
     }
   }
-  if (ngram_proposer_) propose_drafts(decoding);
+  if (proposer_) propose_drafts(sched, decoding);
   for (Request* r : done) requests_.erase(r->request_id);
   return outputs;
 }
@@ -642,40 +705,71 @@ void LLMEngine::check_invariants() const {
     PAGODA_CHECK(r.kv.num_cached_blocks * bs <= r.num_computed_tokens,
                  "request {}: {} cached blocks but {} computed tokens", id,
                  r.kv.num_cached_blocks, r.num_computed_tokens);
+    // Positions a proposer's caches hold for this request: its tokens, then
+    // at most its pending drafts; a cached block holds them for both models.
+    const int64_t num_drafts = static_cast<int64_t>(r.spec_token_ids.size());
+    if (proposer_keeps_kv_) {
+      PAGODA_CHECK(r.num_proposer_computed_tokens <= r.num_tokens() + num_drafts,
+                   "request {}: the proposer computed {} positions of {} tokens and {} drafts",
+                   id, r.num_proposer_computed_tokens, r.num_tokens(), num_drafts);
+      PAGODA_CHECK(r.kv.num_cached_blocks * bs <= r.num_proposer_computed_tokens,
+                   "request {}: {} cached blocks but the proposer computed {} positions", id,
+                   r.kv.num_cached_blocks, r.num_proposer_computed_tokens);
+    }
     const std::vector<int32_t> tokens = r.all_tokens();
     const std::vector<BlockHash> want =
         hash_full_blocks(std::span<const int32_t>(tokens).first(static_cast<size_t>(
                              r.kv.block_hashes.size() * static_cast<size_t>(bs))),
                          static_cast<int32_t>(bs));
     PAGODA_CHECK(want == r.kv.block_hashes, "request {}: block hashes differ from its tokens'", id);
+    // A proposer with caches fed all drafts but the last at their positions
+    // (a model without drafts in flight holds pages for its tokens only).
+    const int64_t positions =
+        r.num_tokens() + (proposer_keeps_kv_ ? std::max<int64_t>(0, num_drafts - 1) : 0);
     for (size_t g = 0; g < r.kv.block_tables.size(); ++g) {
       const int64_t b = kv_->groups()[g].block_size;
-      PAGODA_CHECK(static_cast<int64_t>(r.kv.block_tables[g].size()) <= (r.num_tokens() + b - 1) / b,
-                   "request {}: group {} holds {} pages for {} tokens", id, g,
-                   r.kv.block_tables[g].size(), r.num_tokens());
+      PAGODA_CHECK(static_cast<int64_t>(r.kv.block_tables[g].size()) <= (positions + b - 1) / b,
+                   "request {}: group {} holds {} pages for {} tokens and {} drafts", id, g,
+                   r.kv.block_tables[g].size(), r.num_tokens(), num_drafts);
     }
   }
 }
 
-void LLMEngine::propose_drafts(const std::vector<Request*>& sampled) {
+int32_t LLMEngine::num_drafts_wanted(Request& r) {
   const int32_t k = options_.speculative_config->num_speculative_tokens;
-  for (Request* r : sampled) {
-    // A step of 1 + n tokens emits at most n + 1: drafts past max_tokens or
-    // the context length could never be kept.
-    const int64_t room =
-        std::min<int64_t>(r->params.max_tokens - static_cast<int64_t>(r->output_ids.size()),
-                          max_model_len_ - r->num_tokens()) - 1;
-    r->spec_token_ids.clear();
-    if (room <= 0) continue;
-    // A constrained request does not speculate: its drafts would have to be
-    // checked against the grammar and the matcher rolled back on rejection.
-    if (r->grammar) continue;
-    if (options_.speculative_config->adaptive && !r->spec_adaptive.should_speculate()) continue;
-    std::vector<int32_t>& context = propose_context_;
-    context.assign(r->prompt_ids.begin(), r->prompt_ids.end());
-    context.insert(context.end(), r->output_ids.begin(), r->output_ids.end());
-    ngram_proposer_->propose(context, static_cast<int32_t>(std::min<int64_t>(k, room)),
-                             &r->spec_token_ids);
+  // A step of 1 + n tokens emits at most n + 1: drafts past max_tokens or
+  // the context length could never be kept.
+  const int64_t room =
+      std::min<int64_t>(r.params.max_tokens - static_cast<int64_t>(r.output_ids.size()),
+                        max_model_len_ - r.num_tokens()) - 1;
+  if (room <= 0) return 0;
+  // A constrained request does not speculate: its drafts would have to be
+  // checked against the grammar and the matcher rolled back on rejection.
+  if (r.grammar) return 0;
+  if (options_.speculative_config->adaptive && !r.spec_adaptive.should_speculate()) return 0;
+  return static_cast<int32_t>(std::min<int64_t>(k, room));
+}
+
+void LLMEngine::propose_drafts(const SchedulerOutput& sched,
+                               const std::vector<Request*>& decoding) {
+  proposals_.clear();
+  // `decoding` follows the schedule's order (sampling rows do).
+  size_t next = 0;
+  for (const ScheduledRequest& s : sched.scheduled) {
+    Request* r = s.request;
+    if (r->finished()) continue;
+    // Only a request that just got a token drafts; one still in its
+    // prompt gets none.
+    const bool sampled = next < decoding.size() && decoding[next] == r;
+    if (sampled) ++next;
+    proposals_.push_back({r, sampled ? num_drafts_wanted(*r) : 0});
+  }
+  PAGODA_CHECK(next == decoding.size(), "{} of {} decoding requests proposed for", next,
+               decoding.size());
+  proposer_->propose({proposals_, &sched});
+  // The proposer's caches caught up: blocks both computed can be cached now.
+  if (proposer_keeps_kv_) {
+    for (const ProposalRequest& p : proposals_) scheduler_->cache_full_blocks(p.request);
   }
 }
 

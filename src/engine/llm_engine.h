@@ -13,7 +13,8 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "engine/spec_decode/ngram_proposer.h"
+#include "engine/spec_decode/mtp_proposer.h"
+#include "engine/spec_decode/proposer.h"
 #include "engine/spec_decode/spec_decode_metrics.h"
 #include "engine/spec_decode/speculative_config.h"
 #include "kv/kv_cache_dtype.h"
@@ -144,6 +145,9 @@ class LLMEngine {
   // (ModelRunner::forward_seconds): a step's time less this is the
   // engine's own work, which bench latency reports per decode step.
   double model_seconds() const;
+  // Of those, the seconds of a speculative proposer's own model (a draft
+  // model's passes; 0 without one).
+  double proposer_model_seconds() const;
 
   // Throws InputError for bad params, an empty or too long prompt or token
   // ids outside the vocabulary. Reads only immutable state: safe to call
@@ -188,6 +192,9 @@ class LLMEngine {
   using LogitsObserver =
       std::function<void(const std::string& request_id, const float* logits, int64_t vocab_size)>;
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
+  // Sees the MTP proposer's logits and drafts (MtpProposer::Observer);
+  // InputError unless the engine speculates with method mtp.
+  void set_mtp_observer(MtpProposer::Observer observer);
   // Sees each layer's indexer picks (CausalLM::set_index_topk_observer);
   // false for a model without a top-k selection.
   bool set_index_topk_observer(CausalLM::IndexTopkObserver observer) {
@@ -206,14 +213,18 @@ class LLMEngine {
  private:
   void init_after_load(const std::string& model_dir, const EngineOptions& options,
                        std::vector<int64_t>* num_blocks, KVCachePlan* plan);
-  void init_speculation(const SpeculativeConfig& config, const KVCachePlan& plan);
+  // Creates the proposer (before the KV plan: its caches join it).
+  void init_speculation(const SpeculativeConfig& config);
   void append_token(Request& r, const SampledToken& sampled);
   // Fills the prompt logprob entries whose logits rows this step computed.
   void score_prompt_rows(const SchedulerOutput& sched);
   RequestOutput make_output(Request& r, size_t num_new_tokens);
-  // Speculative decoding: drafts the next step's tokens for every request
-  // that just got a token and decodes on (Request::spec_token_ids).
-  void propose_drafts(const std::vector<Request*>& sampled);
+  // Speculative decoding: hands every request of the step that goes on to
+  // the proposer, with the drafts wanted from each that just got a token
+  // and decodes on (Request::spec_token_ids).
+  void propose_drafts(const SchedulerOutput& sched, const std::vector<Request*>& decoding);
+  // How many drafts request r, which just got a token, should verify next.
+  int32_t num_drafts_wanted(Request& r);
   // Appends make_output(r, ...) unless r's output_kind holds it back
   // (FinalOnly before the request finishes).
   void emit_output(std::vector<RequestOutput>& outputs, Request& r, size_t num_new_tokens);
@@ -244,8 +255,10 @@ class LLMEngine {
   std::vector<PromptRowTask> prompt_row_tasks_;
   std::vector<std::vector<SampledToken>> sampled_;  // [sampling row]: tokens to append
   std::vector<int32_t> num_accepted_;               // [sampling row]: drafts accepted
-  std::unique_ptr<NgramProposer> ngram_proposer_;
-  std::vector<int32_t> propose_context_;  // scratch: prompt + output
+  std::unique_ptr<Proposer> proposer_;
+  MtpProposer* mtp_proposer_ = nullptr;  // proposer_ when the method is mtp
+  bool proposer_keeps_kv_ = false;
+  std::vector<ProposalRequest> proposals_;  // scratch
   SpecDecodeStats spec_stats_;
 };
 

@@ -71,6 +71,23 @@ void deserialize(const std::vector<uint8_t>& buf, BatchMetadata& b) {
 
 }  // namespace
 
+namespace {
+
+// The layers [first, first + the model's layer count) of a view.
+KVCacheView layers_of(const KVCacheView& all, const CausalLM& model, int32_t first) {
+  int32_t count = 0;
+  for (const LayerKVCache& c : model.kv_cache_specs(all.dtype)) count = std::max(count, c.layer + 1);
+  PAGODA_CHECK(first >= 0 && first + count <= static_cast<int32_t>(all.layers.size()),
+               "layers [{}, {}) of a plan of {}", first, first + count, all.layers.size());
+  KVCacheView v;
+  v.block_size = all.block_size;
+  v.dtype = all.dtype;
+  v.layers.assign(all.layers.begin() + first, all.layers.begin() + first + count);
+  return v;
+}
+
+}  // namespace
+
 ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan,
                          const std::vector<int64_t>& num_blocks, DType kv_dtype,
                          parallel::Communicator& comm)
@@ -78,21 +95,37 @@ ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan,
       comm_(comm),
       plan_(plan),
       vocab_size_(model.config().vocab_size),
-      kv_memory_(plan_, num_blocks, kv_dtype) {
+      owned_memory_(std::make_unique<KVCacheMemory>(plan_, num_blocks, kv_dtype)),
+      memory_(owned_memory_.get()),
+      view_(layers_of(memory_->view(), model, 0)) {
   batch_.kv_groups.resize(plan_.groups.size());
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     batch_.kv_groups[g].block_size = plan_.groups[g].block_size;
   }
 }
 
-void ModelRunner::update_block_tables(const SchedulerOutput& out) {
+ModelRunner::ModelRunner(CausalLM& model, const KVCachePlan& plan, KVCacheMemory& memory,
+                         int32_t first_layer, parallel::Communicator& comm)
+    : model_(model),
+      comm_(comm),
+      plan_(plan),
+      vocab_size_(model.config().vocab_size),
+      memory_(&memory),
+      view_(layers_of(memory.view(), model, first_layer)) {
+  batch_.kv_groups.resize(plan_.groups.size());
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    batch_.kv_groups[g].block_size = plan_.groups[g].block_size;
+  }
+}
+
+void ModelRunner::update_block_tables(std::span<const KVRequestState* const> seqs) {
   const size_t num_groups = plan_.groups.size();
   // Rows of requests not scheduled this step go back (a request that runs
   // again later gets a fresh row and a full copy).
   std::vector<char> keep(table_rows_.size(), 0);
-  std::vector<int32_t> row_of(out.scheduled.size());
-  for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    const KVRequestState* kv = &out.scheduled[i].request->kv;
+  std::vector<int32_t> row_of(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const KVRequestState* kv = seqs[i];
     const auto it = row_index_.find(kv);
     int32_t row = -1;
     if (it != row_index_.end() && table_rows_[it->second].generation == kv->generation) {
@@ -130,8 +163,8 @@ void ModelRunner::update_block_tables(const SchedulerOutput& out) {
   for (size_t g = 0; g < num_groups; ++g) {
     KVGroupMetadata& gm = batch_.kv_groups[g];
     int32_t needed = 1;
-    for (const ScheduledRequest& sr : out.scheduled) {
-      needed = std::max(needed, static_cast<int32_t>(sr.request->kv.block_tables[g].size()));
+    for (const KVRequestState* kv : seqs) {
+      needed = std::max(needed, static_cast<int32_t>(kv->block_tables[g].size()));
     }
     const int32_t stride = needed > gm.max_blocks_per_seq
                                ? std::max(needed, 2 * gm.max_blocks_per_seq)
@@ -153,8 +186,8 @@ void ModelRunner::update_block_tables(const SchedulerOutput& out) {
     // Append each request's new blocks. Released (-1) entries of sliding
     // groups are never read; 0 keeps them in range (an entry copied before
     // its block was released keeps the old id: never read either).
-    for (size_t i = 0; i < out.scheduled.size(); ++i) {
-      const std::vector<int32_t>& table = out.scheduled[i].request->kv.block_tables[g];
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const std::vector<int32_t>& table = seqs[i]->block_tables[g];
       size_t& copied = table_rows_[row_of[i]].copied[g];
       int32_t* row = gm.block_tables.data() + int64_t{row_of[i]} * gm.max_blocks_per_seq;
       for (size_t j = copied; j < table.size(); ++j) row[j] = std::max(table[j], 0);
@@ -163,35 +196,56 @@ void ModelRunner::update_block_tables(const SchedulerOutput& out) {
   }
 }
 
-void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
+void ModelRunner::begin_batch() {
   BatchMetadata& b = batch_;
   b.token_ids.clear();
   b.positions.clear();
   b.query_start_loc.assign(1, 0);
   b.seq_lens.clear();
   b.logits_indices.clear();
-  rows->clear();
-
-  const size_t num_groups = plan_.groups.size();
   for (KVGroupMetadata& gm : b.kv_groups) gm.slot_mapping.clear();
-  update_block_tables(out);
+}
+
+void ModelRunner::add_sequence(const Request& r, int64_t start, int64_t end) {
+  BatchMetadata& b = batch_;
+  for (int64_t pos = start; pos < end; ++pos) {
+    b.token_ids.push_back(r.token_at(pos));
+    b.positions.push_back(static_cast<int32_t>(pos));
+  }
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    KVGroupMetadata& gm = b.kv_groups[g];
+    const KVCacheSpec& spec = plan_.groups[g].spec;
+    const std::vector<int32_t>& table = r.kv.block_tables[g];
+    for (int64_t pos = start; pos < end; ++pos) {
+      gm.slot_mapping.push_back(spec.slot_of_position(table, pos, gm.block_size));
+    }
+  }
+  b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
+  b.seq_lens.push_back(static_cast<int32_t>(end));
+}
+
+void ModelRunner::forward() {
+  logits_.resize(batch_.logits_indices.size() * vocab_size_);
+  in_step_ = true;
+  if (comm_.size() > 1) broadcast_step(kStep);
+  const auto forward_start = std::chrono::steady_clock::now();
+  model_.forward(batch_, view_, logits_.data());
+  forward_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start).count();
+  in_step_ = false;
+}
+
+void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
+  BatchMetadata& b = batch_;
+  begin_batch();
+  rows->clear();
+  seq_kv_.clear();
+  for (const ScheduledRequest& s : out.scheduled) seq_kv_.push_back(&s.request->kv);
+  update_block_tables(seq_kv_);
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const Request& r = *out.scheduled[i].request;
     const int64_t start = r.num_computed_tokens, end = start + out.scheduled[i].num_new_tokens;
-    for (int64_t pos = start; pos < end; ++pos) {
-      b.token_ids.push_back(r.token_at(pos));
-      b.positions.push_back(static_cast<int32_t>(pos));
-    }
-    for (size_t g = 0; g < num_groups; ++g) {
-      KVGroupMetadata& gm = b.kv_groups[g];
-      const KVCacheSpec& spec = plan_.groups[g].spec;
-      const std::vector<int32_t>& table = r.kv.block_tables[g];
-      for (int64_t pos = start; pos < end; ++pos) {
-        gm.slot_mapping.push_back(spec.slot_of_position(table, pos, gm.block_size));
-      }
-    }
-    b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
-    b.seq_lens.push_back(static_cast<int32_t>(end));
+    add_sequence(r, start, end);
     // One past this request's last token in the flattened batch: position
     // pos is token batch_end - (end - pos).
     const auto batch_end = static_cast<int32_t>(b.token_ids.size());
@@ -225,14 +279,21 @@ void ModelRunner::execute(const SchedulerOutput& out, StepLogits* rows) {
       }
     }
   }
-  logits_.resize(b.logits_indices.size() * vocab_size_);
-  in_step_ = true;
-  if (comm_.size() > 1) broadcast_step(kStep);
-  const auto forward_start = std::chrono::steady_clock::now();
-  model_.forward(b, kv_memory_.view(), logits_.data());
-  forward_seconds_ +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start).count();
-  in_step_ = false;
+  forward();
+}
+
+void ModelRunner::execute(std::span<const ProposerSequence> seqs) {
+  PAGODA_CHECK(comm_.size() == 1, "a proposer pass under tensor parallelism");
+  begin_batch();
+  seq_kv_.clear();
+  for (const ProposerSequence& s : seqs) seq_kv_.push_back(&s.request->kv);
+  update_block_tables(seq_kv_);
+  for (const ProposerSequence& s : seqs) {
+    PAGODA_CHECK(s.start < s.end, "request {}: an empty proposer sequence", s.request->request_id);
+    add_sequence(*s.request, s.start, s.end);
+    if (s.logits) batch_.logits_indices.push_back(static_cast<int32_t>(batch_.token_ids.size()) - 1);
+  }
+  forward();
 }
 
 void ModelRunner::broadcast_step(int64_t kind) {
@@ -257,7 +318,7 @@ int64_t ModelRunner::serve_worker() {
     message_.resize(static_cast<size_t>(header[1]));
     if (header[1] > 0) comm_.broadcast(message_.data(), header[1], 0);
     deserialize(message_, batch_);
-    model_.forward(batch_, kv_memory_.view(), nullptr);
+    model_.forward(batch_, view_, nullptr);
     ++steps;
   }
 }

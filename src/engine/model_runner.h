@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +40,15 @@ struct StepLogits {
   }
 };
 
+// A sequence of a proposer model's pass (spec_decode/draft_model_proposer.h):
+// positions [start, end) of the request's token_at() (its tokens, then its
+// drafts), with a logits row at end - 1 where `logits`.
+struct ProposerSequence {
+  const Request* request = nullptr;
+  int64_t start = 0, end = 0;
+  bool logits = false;
+};
+
 class ModelRunner {
  public:
   // `comm` is the tensor-parallel group (size 1: everything local). Every
@@ -47,6 +57,11 @@ class ModelRunner {
   // were declared for kv_dtype elements (CausalLM::kv_cache_specs).
   ModelRunner(CausalLM& model, const KVCachePlan& plan, const std::vector<int64_t>& num_blocks,
               DType kv_dtype, parallel::Communicator& comm);
+  // A runner for a second model whose caches are the plan's layers from
+  // first_layer on, in another runner's memory (a speculative proposer's
+  // draft model: same pools, same block tables).
+  ModelRunner(CausalLM& model, const KVCachePlan& plan, KVCacheMemory& memory, int32_t first_layer,
+              parallel::Communicator& comm);
 
   // Runs one step. Each scheduled request that reaches the end of its known
   // tokens this step gets a sampling row; one that still scores its prompt
@@ -58,6 +73,9 @@ class ModelRunner {
   // parallelism (rank 0 only) the step's batch is broadcast to the workers
   // first.
   void execute(const SchedulerOutput& out, StepLogits* rows);
+  // A proposer model's pass (the runner of the second constructor, one
+  // rank): logits_row(i) is the i-th sequence with `logits`.
+  void execute(std::span<const ProposerSequence> seqs);
   // Seconds spent in the model's forward passes by execute() so far: a
   // step's time less this is the engine's own bookkeeping (batch building,
   // scheduling, sampling, outputs), which bench latency reports.
@@ -74,14 +92,18 @@ class ModelRunner {
   int64_t vocab_size() const { return vocab_size_; }
   // The metadata of the last step (tests replay and inspect it).
   const BatchMetadata& last_batch() const { return batch_; }
-  size_t kv_storage_bytes() const { return kv_memory_.bytes(); }
-  void prefault_kv_cache() { kv_memory_.prefault(); }
+  size_t kv_storage_bytes() const { return memory_->bytes(); }
+  void prefault_kv_cache() { memory_->prefault(); }
+  KVCacheMemory& kv_memory() { return *memory_; }
+  // Layers of this runner's model (its caches are the plan's layers
+  // [first_layer, first_layer + num_layers)).
+  int32_t num_layers() const { return static_cast<int32_t>(view_.layers.size()); }
   // Fills the pages the request holds with pseudo-random bytes
   // (KVCacheMemory::fill_pages): benchmarks of a context never computed.
   void fill_kv_pages(const KVRequestState& state, uint64_t seed) {
-    kv_memory_.fill_pages(plan_, state.block_tables, seed);
+    memory_->fill_pages(plan_, state.block_tables, seed);
   }
-  DType kv_storage_dtype() const { return kv_memory_.view().dtype; }
+  DType kv_storage_dtype() const { return view_.dtype; }
 
  private:
   void broadcast_step(int64_t kind);
@@ -89,7 +111,13 @@ class ModelRunner {
   // request keeps its row while it runs, and a step copies only the pages
   // it gained since (vLLM's persistent block table); each group's rows
   // count its own pages (KVGroupMetadata::block_size).
-  void update_block_tables(const SchedulerOutput& out);
+  void update_block_tables(std::span<const KVRequestState* const> seqs);
+  // Appends positions [start, end) of `r` to the batch (tokens, positions,
+  // slots, the sequence's bounds).
+  void add_sequence(const Request& r, int64_t start, int64_t end);
+  void begin_batch();
+  void forward();
+  std::vector<const KVRequestState*> seq_kv_;  // scratch
 
   CausalLM& model_;
   parallel::Communicator& comm_;
@@ -98,7 +126,9 @@ class ModelRunner {
   std::vector<uint8_t> message_;
   KVCachePlan plan_;
   int64_t vocab_size_;
-  KVCacheMemory kv_memory_;
+  std::unique_ptr<KVCacheMemory> owned_memory_;  // null when another runner's
+  KVCacheMemory* memory_ = nullptr;
+  KVCacheView view_;  // this model's layers of memory_
   struct TableRow {
     const KVRequestState* owner = nullptr;  // null: a free row
     uint64_t generation = 0;                // the owner's admission it copied

@@ -53,6 +53,12 @@ struct Request {
   // switch that stops drafting where it does not pay.
   std::vector<int32_t> spec_token_ids;
   AdaptiveSpeculation spec_adaptive;
+  // A proposer with caches of its own (spec_decode/proposer.h: a draft
+  // model): positions [0, n) of token_at() (the tokens, then the drafts)
+  // whose K/V those caches hold. After a step, what the target did not
+  // accept is no longer counted (Scheduler), and the prefix cache registers
+  // only blocks both computed.
+  int64_t num_proposer_computed_tokens = 0;
 
   // Output text, built incrementally; stop strings are cut from it.
   std::unique_ptr<IncrementalDetokenizer> detokenizer;

@@ -57,6 +57,7 @@ void Scheduler::preempt(Request* request) {
   kv_.free(request->kv);
   request->spec_token_ids.clear();
   request->num_computed_tokens = 0;  // recomputed from scratch when resumed
+  request->num_proposer_computed_tokens = 0;
   request->status = RequestStatus::Waiting;
   request->num_preemptions++;
   ++num_preemptions_;
@@ -125,6 +126,8 @@ SchedulerOutput Scheduler::schedule() {
     if (r->num_computed_tokens == 0 && !r->scoring_prompt()) {
       r->num_computed_tokens = kv_.take_cached_prefix(r->kv, r->all_tokens());
       if (!r->admitted_before) r->num_cached_tokens = r->num_computed_tokens;
+      // A cached block holds the proposer's K/V too (cache_full_blocks).
+      r->num_proposer_computed_tokens = r->num_computed_tokens;
     }
     int64_t n = tokens_to_schedule(r, budget, scoring_budget);
     if (n == 0) break;  // the scoring cap is spent; admission stays in order
@@ -139,6 +142,7 @@ SchedulerOutput Scheduler::schedule() {
     if (!admitted) {
       kv_.free(r->kv);  // give the prefix hits back; retry next step
       r->num_computed_tokens = 0;
+      r->num_proposer_computed_tokens = 0;
       break;
     }
     r->admitted_before = true;
@@ -156,13 +160,30 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const ScheduledRequest& s : out.scheduled) {
     Request* r = s.request;
     r->num_computed_tokens += s.num_new_tokens - s.num_spec_tokens;
+    // A verify step clamps once the accepted drafts are counted.
+    if (s.num_spec_tokens == 0) clamp_proposer_computed(r);
     cache_full_blocks(r);
   }
 }
 
+int64_t Scheduler::num_cacheable_tokens(const Request* r) const {
+  return config_.proposer_keeps_kv
+             ? std::min(r->num_computed_tokens, r->num_proposer_computed_tokens)
+             : r->num_computed_tokens;
+}
+
+void Scheduler::clamp_proposer_computed(Request* r) const {
+  // Positions below num_computed_tokens hold accepted tokens, which the
+  // proposer fed where it fed a draft (an accepted draft is that token);
+  // from there on it fed drafts that were rejected or never verified.
+  r->num_proposer_computed_tokens =
+      std::min(r->num_proposer_computed_tokens, r->num_computed_tokens);
+}
+
 void Scheduler::cache_full_blocks(Request* r) {
-  if (kv_.prefix_caching() && r->num_computed_tokens / kv_.block_size() > r->kv.num_cached_blocks) {
-    kv_.cache_full_blocks(r->kv, r->all_tokens(), r->num_computed_tokens);
+  const int64_t n = num_cacheable_tokens(r);
+  if (kv_.prefix_caching() && n / kv_.block_size() > r->kv.num_cached_blocks) {
+    kv_.cache_full_blocks(r->kv, r->all_tokens(), n);
   }
 }
 
@@ -172,8 +193,10 @@ void Scheduler::on_drafts_verified(Request* r, int64_t num_accepted) {
   PAGODA_CHECK(r->num_computed_tokens == r->num_tokens() - 1,
                "request {}: {} computed of {} tokens after verification", r->request_id,
                r->num_computed_tokens, r->num_tokens());
+  clamp_proposer_computed(r);
   // The next step computes the last token (the corrected or bonus one), so
-  // pages up to it stay; any page past it held only rejected drafts.
+  // pages up to it stay; any page past it held only rejected drafts (the
+  // proposer's draft positions too).
   kv_.free_tail(r->kv, r->num_tokens());
   cache_full_blocks(r);
 }

@@ -31,6 +31,10 @@ struct SchedulerConfig {
   // (2048 rows of a 151936 vocabulary would be 1.2 GiB), so their chunks
   // share this cap on top of the token budget.
   int32_t max_num_scored_prompt_tokens = 512;
+  // The speculative proposer keeps K/V of its own in the requests' blocks
+  // (a draft model): a block is offered to the prefix cache only once the
+  // proposer computed it too (Request::num_proposer_computed_tokens).
+  bool proposer_keeps_kv = false;
 };
 
 struct ScheduledRequest {
@@ -67,6 +71,10 @@ class Scheduler {
   void on_drafts_verified(Request* request, int64_t num_accepted);
   // Releases a finished or aborted request's blocks and drops it from the queues.
   void finish(Request* request);
+  // Offers the request's newly full blocks that the target (and a proposer
+  // with caches) computed to the prefix cache; the engine calls it again
+  // after the proposer ran.
+  void cache_full_blocks(Request* request);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
@@ -84,8 +92,11 @@ class Scheduler {
   int64_t tokens_to_schedule(const Request* request, int64_t budget, int64_t scoring_budget) const;
   // How many of num_new_tokens scheduled from num_computed_tokens are drafts.
   static int64_t num_drafts_in(const Request* request, int64_t num_new_tokens);
-  // Offers the request's newly full computed blocks to the prefix cache.
-  void cache_full_blocks(Request* request);
+  // Positions of a request whose K/V every model keeping it computed.
+  int64_t num_cacheable_tokens(const Request* request) const;
+  // After a step: the proposer's K/V past what the target computed held
+  // drafts that were not accepted (or not verified).
+  void clamp_proposer_computed(Request* request) const;
   void preempt(Request* request);
   // Inserts into waiting_ after every request that goes before it.
   void insert_waiting_by_priority(Request* request);

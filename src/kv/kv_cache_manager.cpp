@@ -114,17 +114,22 @@ int64_t KVCacheManager::take_cached_prefix(KVRequestState& state,
   // Each group's longest hit within the current bound lowers it until all
   // agree; no length above a common one is ever skipped, so the result is
   // the longest.
-  int64_t num_blocks = max_blocks;
-  for (bool lowered = true; lowered;) {
-    lowered = false;
-    for (size_t g = 0; g < num_groups; ++g) {
-      const int64_t n = longest_hit(g, num_blocks);
-      if (n < num_blocks) {
-        num_blocks = n;
-        lowered = true;
+  auto longest_common_hit = [&](int64_t num_blocks) {
+    for (bool lowered = true; lowered;) {
+      lowered = false;
+      for (size_t g = 0; g < num_groups; ++g) {
+        const int64_t n = longest_hit(g, num_blocks);
+        if (n < num_blocks) {
+          num_blocks = n;
+          lowered = true;
+        }
       }
     }
-  }
+    return num_blocks;
+  };
+  int64_t num_blocks = longest_common_hit(max_blocks);
+  // One block shorter, agreed on again (a sliding group's window moves).
+  if (drop_last_hit_block_ && num_blocks > 0) num_blocks = longest_common_hit(num_blocks - 1);
   for (size_t g = 0; g < num_groups; ++g) {
     const KVCacheGroup& group = plan_.groups[g];
     const int32_t ppb = group.pages_per_block(block_size_);

@@ -56,6 +56,12 @@ class KVCacheManager {
   int32_t num_blocks() const;
   int32_t num_free_blocks() const;
   bool prefix_caching() const { return prefix_caching_; }
+  // A prefix hit gives up its last block (vLLM's rule for EAGLE/MTP
+  // drafters): the MTP layer's entry at a block's last position pairs it
+  // with the NEXT token, which the block's hash does not cover, so the
+  // last hit block is recomputed, and the entries of every block kept were
+  // computed with the token that follows them in this request too.
+  void set_drop_last_hit_block(bool drop) { drop_last_hit_block_ = drop; }
   // Throws InternalError if any pool's invariants are broken.
   void check_invariants() const;
 
@@ -98,6 +104,7 @@ class KVCacheManager {
   KVCachePlan plan_;
   int32_t block_size_;
   bool prefix_caching_;
+  bool drop_last_hit_block_ = false;
   std::vector<BlockPool> pools_;
   int64_t queried_tokens_ = 0, hit_tokens_ = 0;
   uint64_t next_generation_ = 0;

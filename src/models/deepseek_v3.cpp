@@ -86,11 +86,25 @@ struct Layer {
   std::unique_ptr<LightningIndexer> indexer;  // V3.2 only
 };
 
+// The multi-token-prediction layer (spec §3.1.5; checkpoint names
+// model.layers.{num_hidden_layers}.*): x = eh_proj [enorm(e) ; hnorm(h)],
+// one decoder block, logits = head(shared_head.norm(x')). Its copies of
+// the embedding and head (embed_tokens, shared_head.head) equal the main
+// model's in published checkpoints, so the main ones are used.
+struct MtpLayer {
+  const float* enorm = nullptr;
+  const float* hnorm = nullptr;
+  const float* shared_head_norm = nullptr;
+  ops::Matrix eh_proj;  // [hidden, 2 * hidden]: embedding half first
+  Layer block;
+};
+
 struct Workspace {
   std::vector<float> residual, hidden, q_a, q, kv_a, q_lat, o_lat, head_in, o, proj;
   std::vector<float> gate_up, act, router_logits, topk_weights, moe_out, selected;
   std::vector<int32_t> topk_ids;
   std::vector<int32_t> index_positions, index_slots;  // V3.2: [tokens, index_topk]
+  std::vector<float> mtp_in;                          // MTP: [tokens, 2 * hidden]
   ops::MoeScratch moe;
   int64_t capacity = 0;
 };
@@ -122,6 +136,14 @@ class DeepseekV3Model final : public CausalLM {
   // qk_rope_head_dim values, ops::MLALayout), the same on every rank.
   std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
     return deepseek_kv_cache_specs(config_, ds_, kv_dtype);
+  }
+  // The MTP block is one more MLA layer: a stack layer's caches.
+  std::vector<LayerKVCache> mtp_kv_cache_specs(DType kv_dtype) const override {
+    std::vector<LayerKVCache> caches;
+    for (const LayerKVCache& c : deepseek_kv_cache_specs(config_, ds_, kv_dtype)) {
+      if (c.layer == 0) caches.push_back(c);
+    }
+    return caches;
   }
 
   // A decode step of one token reads every dense matrix once, the shared
@@ -176,14 +198,25 @@ class DeepseekV3Model final : public CausalLM {
 
   std::string load_notes() const override {
     if (mtp_bytes_ == 0) return "";
-    return fmt::format("MTP layer loaded ({:.1f} MiB), not run", mtp_bytes_ / 1048576.0);
+    return fmt::format("MTP layer ({:.1f} MiB) {}", mtp_bytes_ / 1048576.0,
+                       mtp_ ? "drafts (speculative decoding)" : "not run");
   }
+
+  bool has_mtp_layer() const override { return ds_.num_nextn_predict_layers > 0; }
+  void enable_mtp() override;
+  const float* mtp_hidden_states() const override {
+    return mtp_ ? mtp_hidden_.data() : nullptr;
+  }
+  void mtp_forward(const BatchMetadata& batch, const float* hidden, const KVCacheView& kv,
+                   float* logits, float* hidden_out) override;
 
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
 
  private:
   void init_rope();
   void load();
+  // Decoder layer l (model.layers.{l}.*: a stack layer or the MTP block).
+  void load_layer(int64_t l, Layer& w);
   void load_attention(const std::string& p, Layer& w);
   Mlp load_mlp(const std::string& p, int64_t inter, int64_t inter_begin, int64_t rank_inter);
   int64_t check_mtp_layer();
@@ -217,6 +250,8 @@ class DeepseekV3Model final : public CausalLM {
   float softmax_scale_ = 1.0f;
   ops::MoeRouting routing_;
   int64_t mtp_bytes_ = 0;
+  std::unique_ptr<MtpLayer> mtp_;  // enable_mtp
+  std::vector<float> mtp_hidden_;  // [tokens of the last forward, hidden]
   Workspace ws_;
   IndexTopkObserver index_topk_observer_;  // set_index_topk_observer (tests)
 };
@@ -248,44 +283,47 @@ void DeepseekV3Model::load() {
     routing_.routed_scaling_factor = static_cast<float>(ds_.routed_scaling_factor);
   }
   layers_.resize(c.num_hidden_layers);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    Layer& w = layers_[l];
-    w.input_norm = weights_.vector(p + "input_layernorm.weight", h);
-    load_attention(p, w);
-    if (ds_.index_topk > 0) {
-      w.indexer = std::make_unique<LightningIndexer>(weights_, p + "self_attn.indexer.", c, ds_,
-                                                     inv_freq_);
-    }
-    w.post_attention_norm = weights_.vector(p + "post_attention_layernorm.weight", h);
-    w.moe = ds_.is_moe_layer(l);
-    if (!w.moe) {
-      w.mlp = load_mlp(p + "mlp.", c.intermediate_size, shard_.dense_inter_begin,
-                       shard_.dense_inter);
-      continue;
-    }
-    // The router decides in f32 (HF casts both operands): an f32 copy keeps
-    // a bf16 kernel's rounding of the activations from flipping a choice.
-    w.router = f32_copy(weights_.matrix(p + "mlp.gate.weight", ds_.n_routed_experts, h),
-                        w.router_data);
-    if (ds_.topk_method == "noaux_tc") {
-      w.correction_bias =
-          weights_.vector(p + "mlp.gate.e_score_correction_bias", ds_.n_routed_experts);
-    }
-    w.experts.resize(ds_.n_routed_experts);
-    for (int64_t e = 0; e < ds_.n_routed_experts; ++e) {
-      const Mlp m = load_mlp(p + "mlp.experts." + std::to_string(e) + ".",
-                             ds_.moe_intermediate_size, shard_.expert_inter_begin,
-                             shard_.expert_inter);
-      w.experts[e] = {m.gate, m.up, m.down};
-    }
-    if (ds_.n_shared_experts > 0) {
-      w.mlp = load_mlp(p + "mlp.shared_experts.", ds_.n_shared_experts * ds_.moe_intermediate_size,
-                       shard_.shared_inter_begin, shard_.shared_inter);
-    }
-  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) load_layer(l, layers_[l]);
   mtp_bytes_ = check_mtp_layer();
   vocab_.prepare(options_);
+}
+
+void DeepseekV3Model::load_layer(int64_t l, Layer& w) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size;
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  w.input_norm = weights_.vector(p + "input_layernorm.weight", h);
+  load_attention(p, w);
+  if (ds_.index_topk > 0) {
+    w.indexer = std::make_unique<LightningIndexer>(weights_, p + "self_attn.indexer.", c, ds_,
+                                                   inv_freq_);
+  }
+  w.post_attention_norm = weights_.vector(p + "post_attention_layernorm.weight", h);
+  w.moe = ds_.is_moe_layer(l);
+  if (!w.moe) {
+    w.mlp = load_mlp(p + "mlp.", c.intermediate_size, shard_.dense_inter_begin,
+                     shard_.dense_inter);
+    return;
+  }
+  // The router decides in f32 (HF casts both operands): an f32 copy keeps
+  // a bf16 kernel's rounding of the activations from flipping a choice.
+  w.router = f32_copy(weights_.matrix(p + "mlp.gate.weight", ds_.n_routed_experts, h),
+                      w.router_data);
+  if (ds_.topk_method == "noaux_tc") {
+    w.correction_bias =
+        weights_.vector(p + "mlp.gate.e_score_correction_bias", ds_.n_routed_experts);
+  }
+  w.experts.resize(ds_.n_routed_experts);
+  for (int64_t e = 0; e < ds_.n_routed_experts; ++e) {
+    const Mlp m = load_mlp(p + "mlp.experts." + std::to_string(e) + ".",
+                           ds_.moe_intermediate_size, shard_.expert_inter_begin,
+                           shard_.expert_inter);
+    w.experts[e] = {m.gate, m.up, m.down};
+  }
+  if (ds_.n_shared_experts > 0) {
+    w.mlp = load_mlp(p + "mlp.shared_experts.", ds_.n_shared_experts * ds_.moe_intermediate_size,
+                     shard_.shared_inter_begin, shard_.shared_inter);
+  }
 }
 
 void DeepseekV3Model::load_attention(const std::string& p, Layer& w) {
@@ -344,8 +382,8 @@ Mlp DeepseekV3Model::load_mlp(const std::string& p, int64_t inter, int64_t inter
 // The multi-token-prediction layers (num_nextn_predict_layers) follow the
 // stack as model.layers.{N}...: checked (names, shapes, dtypes, scales) so
 // a checkpoint missing them is refused like any other, and their bytes
-// reported; a later speculative-decoding issue runs them. Read in place,
-// so they cost no memory until used.
+// reported; enable_mtp loads the first for the `mtp` proposer. Read in
+// place, so they cost no memory until used.
 int64_t DeepseekV3Model::check_mtp_layer() {
   int64_t bytes = 0;
   const int64_t h = config_.hidden_size;
@@ -360,6 +398,24 @@ int64_t DeepseekV3Model::check_mtp_layer() {
     }
   }
   return bytes;
+}
+
+void DeepseekV3Model::enable_mtp() {
+  if (!has_mtp_layer()) {
+    throw_input_error("{}: the checkpoint has no MTP layer (num_nextn_predict_layers is 0)",
+                      checkpoint_->dir());
+  }
+  if (mtp_) return;
+  const int64_t h = config_.hidden_size, l = config_.num_hidden_layers;
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  auto mtp = std::make_unique<MtpLayer>();
+  mtp->enorm = weights_.vector(p + "enorm.weight", h);
+  mtp->hnorm = weights_.vector(p + "hnorm.weight", h);
+  mtp->shared_head_norm = weights_.vector(p + "shared_head.norm.weight", h);
+  mtp->eh_proj = prepare_linear(weights_, weights_.matrix(p + "eh_proj.weight", h, 2 * h), options_);
+  load_layer(l, mtp->block);
+  mtp_ = std::move(mtp);
+  ws_.capacity = 0;  // reserve() sizes the MTP input buffer too
 }
 
 void DeepseekV3Model::reserve(int64_t tokens) {
@@ -388,6 +444,7 @@ void DeepseekV3Model::reserve(int64_t tokens) {
   ws.index_slots.resize(ws.index_positions.size());
   ws.moe_out.resize(tokens * h);
   ws.selected.resize(tokens * h);
+  if (mtp_) ws.mtp_in.resize(tokens * 2 * h);
 }
 
 void DeepseekV3Model::positions_to_slots(const BatchMetadata& batch, const KVGroupMetadata& group,
@@ -552,6 +609,50 @@ void DeepseekV3Model::forward(const BatchMetadata& batch, const KVCacheView& kv,
   }
   vocab_.final_logits(batch.logits_indices, tokens, ws_.residual.data(), ws_.proj.data(),
                       final_norm_, eps, ws_.selected.data(), logits);
+  if (mtp_) {  // every token's final hidden state, after the final norm (spec §3.1.5)
+    mtp_hidden_.resize(tokens * h);
+    for (int64_t i = 0; i < tokens * h; ++i) mtp_hidden_[i] = ws_.residual[i] + ws_.proj[i];
+    ops::rms_norm(mtp_hidden_.data(), final_norm_, tokens, h, eps, mtp_hidden_.data());
+  }
+}
+
+void DeepseekV3Model::mtp_forward(const BatchMetadata& batch, const float* hidden,
+                                  const KVCacheView& kv, float* logits, float* hidden_out) {
+  PAGODA_CHECK(mtp_, "mtp_forward before enable_mtp");
+  PAGODA_CHECK(comm_.size() == 1, "the MTP layer runs on a single rank");
+  const int64_t tokens = batch.num_tokens(), h = config_.hidden_size;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  PAGODA_CHECK(kv.layers.size() == layers_.size() + 1, "kv layers {} (the MTP layer's last)",
+               kv.layers.size());
+  reserve(tokens);
+  const MtpLayer& m = *mtp_;
+  // [enorm(e) ; hnorm(h)], e the embedding of token t + 1, zeroed at
+  // position 0 as vLLM does (the pair (h_0, tok_1) then carries no token).
+  vocab_.embed(batch.token_ids.data(), tokens, ws_.residual.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* in = ws_.mtp_in.data() + t * 2 * h;
+    if (batch.positions[t] == 0) {
+      std::fill(in, in + h, 0.0f);
+    } else {
+      ops::rms_norm(ws_.residual.data() + t * h, m.enorm, 1, h, eps, in);
+    }
+    ops::rms_norm(hidden + t * h, m.hnorm, 1, h, eps, in + h);
+  }
+  ops::linear(ws_.mtp_in.data(), tokens, m.eh_proj, nullptr, ws_.residual.data());
+  const Layer& w = m.block;
+  ops::rms_norm(ws_.residual.data(), w.input_norm, tokens, h, eps, ws_.hidden.data());
+  attention(w, batch, kv, layers_.size(), tokens);
+  ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
+                    ws_.hidden.data());
+  ffn(w, tokens);
+  vocab_.final_logits(batch.logits_indices, tokens, ws_.residual.data(), ws_.proj.data(),
+                      m.shared_head_norm, eps, ws_.selected.data(), logits);
+  for (size_t r = 0; r < batch.logits_indices.size(); ++r) {  // the block's output x'
+    const int64_t t = batch.logits_indices[r];
+    for (int64_t j = 0; j < h; ++j) {
+      hidden_out[r * h + j] = ws_.residual[t * h + j] + ws_.proj[t * h + j];
+    }
+  }
 }
 
 }  // namespace

@@ -140,6 +140,30 @@ class CausalLM {
   virtual std::string indexer_cache_label(DType /*kv_dtype*/) const { return ""; }
   // Tokens per KV block when the user does not choose (--block-size).
   virtual int32_t default_block_size() const { return 16; }
+  // Multi-token prediction (DeepSeek's MTP layer, spec §3.1.5), the `mtp`
+  // speculative proposer's draft model. Whether the checkpoint has one.
+  virtual bool has_mtp_layer() const { return false; }
+  // Loads the (first) MTP layer's weights and turns it on: every forward
+  // then keeps each token's hidden state (mtp_hidden_states). InputError
+  // for a model without one.
+  virtual void enable_mtp() {}
+  // The MTP layer's caches (layers numbered from 0), which the proposer
+  // adds to the plan after the model's own (the same specs as a stack
+  // layer's, so they share its groups, block tables and slots).
+  virtual std::vector<LayerKVCache> mtp_kv_cache_specs(DType /*kv_dtype*/) const { return {}; }
+  // [tokens of the last forward, hidden_size]: the main model's hidden
+  // state of each token as the MTP layer takes it (DeepSeek V3: after the
+  // final RMSNorm, as vLLM feeds it); null while MTP is off.
+  virtual const float* mtp_hidden_states() const { return nullptr; }
+  // Runs the MTP layer on the pairs (hidden[t], batch.token_ids[t]) at
+  // batch.positions[t] (hidden_state of position p, token p + 1): writes
+  // its K/V at the batch's slots (kv: the plan's layers, the model's and
+  // then the MTP layer's), fills `logits` [logits_indices, vocab]
+  // (each row predicts the token after batch.token_ids[t]) and `hidden_out`
+  // [logits_indices, hidden_size] with the layer's output at those rows,
+  // the hidden input of a chained next draft. Single rank only.
+  virtual void mtp_forward(const BatchMetadata& /*batch*/, const float* /*hidden*/,
+                           const KVCacheView& /*kv*/, float* /*logits*/, float* /*hidden_out*/) {}
   // Anything about the load a user should see in the start-up line (e.g.
   // layers loaded but not run); "" for nothing.
   virtual std::string load_notes() const { return ""; }

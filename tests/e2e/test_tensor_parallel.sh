@@ -187,6 +187,9 @@ small=(generate --model "$model" --prompt hi --max-tokens 2 --threads 1)
 expect_refusal "np 2, tp 1" "does not match the 2 process(es)" 2 -- mpi 2 -- "${small[@]}"
 expect_refusal "np 2, tp 3" "does not match the 2 process(es)" 2 -- mpi 2 -- "${small[@]}" --tp 3
 expect_refusal "tp 2 without mpirun" "tensor-parallel-size 2" 1 -- "$pagoda" "${small[@]}" --tp 2
+# A draft model runs on rank 0 alone: refused (by rank 0; the others follow).
+expect_refusal "draft_model at tp 2" "draft_model is not supported under tensor parallelism" 1 -- \
+  mpi 2 -- "${small[@]}" --tp 2 --speculative-config "{\"model\": \"$model\", \"num_speculative_tokens\": 2}"
 $py "$tools/make_tiny_checkpoint.py" --out "$tmp/kv3" --arch qwen3 --heads 6 --kv-heads 3 --seed 3 \
   || fail "kv3 checkpoint"
 expect_refusal "kv heads 3 at tp 2" "num_key_value_heads 3" 2 -- \

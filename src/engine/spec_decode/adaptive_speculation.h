@@ -23,7 +23,12 @@ class AdaptiveSpeculation {
   static constexpr double kEmaWeight = 0.3;  // of the newest step
   static constexpr int32_t kReprobeInterval = 64;
 
-  static double break_even(int32_t k) { return 1.0 + kVerifyCostPerDraftToken * k; }
+  // A proposer whose drafts cost a share of a plain target step each (a
+  // draft model's pass: Proposer::cost_per_draft_token) raises it by that
+  // share per draft.
+  static double break_even(int32_t k, double proposer_cost_per_draft = 0) {
+    return 1.0 + (kVerifyCostPerDraftToken + proposer_cost_per_draft) * k;
+  }
 
   // Whether this step should draft for the request: true while it pays;
   // when off, every kReprobeInterval-th call probes again.
@@ -34,9 +39,9 @@ class AdaptiveSpeculation {
     return true;
   }
   // After a verify step of k drafts with `accepted` of them accepted.
-  void record(int32_t k, int32_t accepted) {
+  void record(int32_t k, int32_t accepted, double proposer_cost_per_draft = 0) {
     ema_tokens_ = (1 - kEmaWeight) * ema_tokens_ + kEmaWeight * (1.0 + accepted);
-    off_ = ema_tokens_ < break_even(k);
+    off_ = ema_tokens_ < break_even(k, proposer_cost_per_draft);
     steps_off_ = 0;
   }
   bool off() const { return off_; }

@@ -4,8 +4,19 @@
 
 namespace pagoda {
 
-void NgramProposer::propose(std::span<const int32_t> context, int32_t k,
-                            std::vector<int32_t>* draft) const {
+void NgramProposer::propose(const ProposeStep& step) {
+  for (const ProposalRequest& p : step.requests) {
+    Request& r = *p.request;
+    r.spec_token_ids.clear();
+    if (p.num_drafts <= 0) continue;
+    context_.assign(r.prompt_ids.begin(), r.prompt_ids.end());
+    context_.insert(context_.end(), r.output_ids.begin(), r.output_ids.end());
+    lookup(context_, p.num_drafts, &r.spec_token_ids);
+  }
+}
+
+void NgramProposer::lookup(std::span<const int32_t> context, int32_t k,
+                           std::vector<int32_t>* draft) const {
   draft->clear();
   const auto len = static_cast<int64_t>(context.size());
   if (k <= 0) return;

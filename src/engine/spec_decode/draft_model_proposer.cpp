@@ -1,0 +1,159 @@
+#include "engine/spec_decode/draft_model_proposer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "kv/kv_cache_manager.h"
+
+namespace pagoda {
+
+namespace {
+
+// The first id whose tokenizers disagree (what it decodes to, whether it is
+// special), or -1 when they are the same vocabulary.
+int32_t first_different_token(const Tokenizer& a, const Tokenizer& b) {
+  if (a.vocab_size() != b.vocab_size()) return std::min(a.vocab_size(), b.vocab_size());
+  for (int32_t id = 0; id < a.vocab_size(); ++id) {
+    if (a.token_bytes(id) != b.token_bytes(id) || a.is_special(id) != b.is_special(id)) return id;
+  }
+  return -1;
+}
+
+}  // namespace
+
+DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& target,
+                                       const Tokenizer& target_tokenizer,
+                                       const WeightOptions& weights, parallel::Communicator& comm)
+    : comm_(comm) {
+  try {
+    model_ = load_model(dir, comm, weights);
+  } catch (const InputError& e) {
+    throw_input_error("--speculative-config: the draft model: {}", e.what());
+  }
+  const ModelConfig& draft = model_->config();
+  // Drafts are rolled back by counting their positions as not computed,
+  // which a cache folding several positions into one entry cannot do.
+  for (const LayerKVCache& c : model_->kv_cache_specs(DType::F32)) {
+    if (c.spec.compress_ratio != 1) {
+      throw_input_error(
+          "--speculative-config: the draft model {} ({}) has compressed KV caches ({}), which "
+          "cannot roll back rejected drafts",
+          dir, draft.architecture, c.spec.format);
+    }
+  }
+  const ModelConfig& config = target.config();
+  if (draft.vocab_size != config.vocab_size) {
+    throw_input_error(
+        "--speculative-config: the draft model {} has a vocabulary of {} tokens, the target {}: "
+        "a draft must share the target's tokenizer",
+        dir, draft.vocab_size, config.vocab_size);
+  }
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (target.weight_bytes_per_step() > 0) {
+    cost_per_draft_token_ = static_cast<double>(model_->weight_bytes_per_step()) /
+                            static_cast<double>(target.weight_bytes_per_step());
+  }
+  try {
+    tokenizer = Tokenizer::load(dir);
+  } catch (const InputError& e) {
+    throw_input_error("--speculative-config: the draft model's tokenizer: {}", e.what());
+  }
+  if (const int32_t id = first_different_token(*tokenizer, target_tokenizer); id >= 0) {
+    throw_input_error(
+        "--speculative-config: the draft model {}'s tokenizer differs from the target's (first "
+        "at token {}: {} tokens vs {}): a draft must share the target's tokenizer",
+        dir, id, tokenizer->vocab_size(), target_tokenizer.vocab_size());
+  }
+  if (tokenizer->bos_token_id() != target_tokenizer.bos_token_id() ||
+      tokenizer->eos_token_id() != target_tokenizer.eos_token_id()) {
+    throw_input_error(
+        "--speculative-config: the draft model {}'s BOS/EOS tokens differ from the target's", dir);
+  }
+}
+
+std::vector<LayerKVCache> DraftModelProposer::kv_cache_specs(DType kv_dtype) const {
+  if (!model_->supports_kv_cache_dtype(kv_dtype)) {
+    throw_input_error("--speculative-config: the draft model ({}) has no {} KV cache",
+                      model_->config().architecture, dtype_name(kv_dtype));
+  }
+  return model_->kv_cache_specs(kv_dtype);
+}
+
+void DraftModelProposer::bind_kv_cache(const KVCachePlan& plan, KVCacheMemory& memory,
+                                       int32_t first_layer, KVCacheManager& kv) {
+  runner_ = std::make_unique<ModelRunner>(*model_, plan, memory, first_layer, comm_);
+  kv_ = &kv;
+}
+
+void DraftModelProposer::propose(const ProposeStep& step) {
+  PAGODA_CHECK(runner_ != nullptr, "the draft model's caches are not bound");
+  seqs_.clear();
+  drafting_.clear();
+  int32_t max_drafts = 0;
+  for (const ProposalRequest& p : step.requests) {
+    Request& r = *p.request;
+    r.spec_token_ids.clear();
+    const int64_t n = r.num_tokens();
+    int32_t k = p.num_drafts;
+    // Pages up to the last draft fed (draft k is only predicted); when the
+    // pool is short, one draft (pages up to the last token), else none.
+    if (k > 0 && !kv_->allocate(r.kv, r.num_computed_tokens, n + k - 1)) {
+      k = kv_->allocate(r.kv, r.num_computed_tokens, n) ? 1 : 0;
+    }
+    const int64_t start = r.num_proposer_computed_tokens;
+    // Drafting: up to the last token; else the prompt as far as the target
+    // computed it (header).
+    const int64_t prompt_computed =
+        std::min<int64_t>(r.num_computed_tokens, static_cast<int64_t>(r.prompt_ids.size()));
+    const int64_t end = k > 0 ? n : std::max(start, prompt_computed);
+    PAGODA_CHECK(start <= end, "request {}: the draft computed {} positions, {} wanted",
+                 r.request_id, start, end);
+    if (start == end) continue;  // caught up (a prefix-cache hit, a short chunk)
+    seqs_.push_back({&r, start, end, k > 0});
+    r.num_proposer_computed_tokens = end;
+    if (k > 0) {
+      drafting_.push_back({&r, n, k});
+      max_drafts = std::max(max_drafts, k);
+    }
+  }
+  const int64_t vocab = runner_->vocab_size();
+  // Appends draft j of each request still drafting from the pass's rows;
+  // one whose logits have no finite value stops there.
+  auto take_drafts = [&](int32_t j) {
+    size_t row = 0;
+    for (Drafting& d : drafting_) {
+      if (d.num_drafts <= j) continue;
+      const int32_t token =
+          greedy_token(std::span<const float>(runner_->logits_row(row++), vocab));
+      if (token == kNoToken) {
+        d.num_drafts = j;
+        continue;
+      }
+      d.request->spec_token_ids.push_back(token);
+    }
+  };
+  if (seqs_.empty()) return;
+  runner_->execute(seqs_);
+  take_drafts(0);
+  for (int32_t j = 1; j < max_drafts; ++j) {
+    // Draft j (at position first_position + j - 1) in, draft j + 1 out.
+    seqs_.clear();
+    for (const Drafting& d : drafting_) {
+      if (d.num_drafts <= j) continue;
+      const int64_t pos = d.first_position + j - 1;
+      seqs_.push_back({d.request, pos, pos + 1, true});
+      d.request->num_proposer_computed_tokens = pos + 1;
+    }
+    if (seqs_.empty()) break;
+    runner_->execute(seqs_);
+    take_drafts(j);
+  }
+  // A request that stopped early holds pages for drafts it never fed.
+  for (const Drafting& d : drafting_) {
+    const auto fed = std::max<int64_t>(0, static_cast<int64_t>(d.request->spec_token_ids.size()) - 1);
+    kv_->free_tail(d.request->kv, d.first_position + fed);
+  }
+}
+
+}  // namespace pagoda

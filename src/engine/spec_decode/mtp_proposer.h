@@ -1,0 +1,94 @@
+// The `mtp` proposer: DeepSeek's multi-token-prediction layer drafts the
+// next tokens (spec §3.1.5; vLLM's EAGLE/MTP proposer). The layer pairs the
+// main model's hidden state at position p with the token at p + 1 and
+// predicts the token at p + 2. Its K/V is one more MLA layer after the
+// target's (proposer.h: same pools and block tables, so rollback,
+// preemption and freeing cover it); Request::num_proposer_computed_tokens
+// counts the positions whose entry pairs the target's hidden state with the
+// request's own next token.
+//
+// Each step, after verification and the appends, over every request of the
+// step that goes on:
+//  * catch-up pass: the positions the target computed since
+//    (num_proposer_computed_tokens up to num_computed_tokens: prompt
+//    chunks, the last token, the accepted drafts), each with the token after
+//    it (the next prompt token or the one just sampled), so the layer's
+//    cache covers every position through chunked prefill, preemption
+//    (recomputed with the rest) and prefix hits. An entry depends on the
+//    token after its position, which a block's hash does not cover, so a
+//    prefix hit gives up its last block (KVCacheManager::
+//    set_drop_last_hit_block). Its logits at a drafting request's last
+//    position give draft 1.
+//  * chain passes: draft j + 1 from the pair (the layer's own output at the
+//    previous position, draft j) one position further, as vLLM reuses its
+//    one MTP layer k times. These entries are not the request's (they pair
+//    the layer's output, not the target's hidden state) and are not
+//    counted: the next catch-up pass writes those positions again before
+//    any later position reads them.
+// Drafts are the argmax of the layer's logits: a point mass for the
+// rejection sampler, so verification stays exact at any temperature.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/spec_decode/proposer.h"
+#include "kv/kv_cache_manager.h"
+#include "models/model.h"
+
+namespace pagoda {
+
+class MtpProposer : public Proposer {
+ public:
+  // `model` is the target, its MTP layer enabled (CausalLM::enable_mtp).
+  explicit MtpProposer(CausalLM& model);
+
+  std::vector<LayerKVCache> kv_cache_specs(DType kv_dtype) const override {
+    return model_.mtp_kv_cache_specs(kv_dtype);
+  }
+  void bind_kv_cache(const KVCachePlan& plan, KVCacheMemory& memory, int32_t first_layer,
+                     KVCacheManager& kv) override;
+  void propose(const ProposeStep& step) override;
+  double forward_seconds() const override { return forward_seconds_; }
+
+  // Tests (`pagoda logits --mtp-out`): sees the catch-up pass's logits at
+  // every position (the pass then computes them all), and every draft.
+  struct Observer {
+    std::function<void(const std::string& request_id, int64_t position, const float* logits,
+                       int64_t vocab)>
+        logits;
+    std::function<void(const std::string& request_id, int64_t num_tokens,
+                       std::span<const int32_t> drafts)>
+        drafts;
+  };
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
+
+ private:
+  // A pass's sequences: `count` positions of `request` from `first_position`.
+  struct Seq {
+    const Request* request;
+    int64_t first_position, count;
+  };
+  // Turns seqs_ (whose tokens and hidden rows the caller put in batch_
+  // .token_ids and hidden_in_) into the pass's batch: positions, slots and
+  // block tables from each request's own pages; then runs the layer with
+  // logits (and output hidden states) at batch_.logits_indices.
+  void run_pass();
+
+  CausalLM& model_;
+  KVCacheMemory* memory_ = nullptr;
+  KVCacheManager* kv_ = nullptr;
+  int64_t hidden_size_, vocab_size_;
+  double forward_seconds_ = 0;
+  Observer observer_;
+  // The pass being built and its inputs and outputs (reused memory).
+  std::vector<Seq> seqs_;
+  BatchMetadata batch_;
+  std::vector<float> hidden_in_, hidden_out_, logits_;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,271 @@
+// The `mtp` proposer (DeepSeek's MTP layer drafts tokens;
+// spec_decode/mtp_proposer.h) in the engine, on tiny DeepSeek V3 and V3.2
+// checkpoints written by tools/make_deepseek_checkpoint.py --mtp-copy: an
+// MTP layer built to mostly predict what the main model will, so steps
+// both accept and reject drafts. Greedy output must be token for token the
+// output without speculation across mixed batches, chunked prefill,
+// preemption and prefix-cache hits, with LLMEngine::check_invariants after
+// every step and every block back at the end. (The MTP logits and drafts
+// themselves are compared with the numpy reference in
+// tests/e2e/test_speculative_decoding.sh.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <span>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../models/checkpoint_test_util.h"
+#include "core/error.h"
+#include "engine/llm_engine.h"
+#include "engine_test_util.h"
+
+namespace pagoda {
+namespace {
+
+// The checkpoints, written once per test binary run.
+struct Checkpoints {
+  test::TempDir tmp;
+  std::string v3 = (tmp / "v3").string(), v32 = (tmp / "v32").string();
+  Checkpoints() {
+    for (const auto& [dir, arch] : {std::pair{v3, "v3"}, std::pair{v32, "v32"}}) {
+      const std::string write = std::string("/usr/bin/python3 " PAGODA_SOURCE_DIR
+                                            "/tools/make_deepseek_checkpoint.py --dtype f32 "
+                                            "--seed 3 --mtp-copy 0.05 --arch ") +
+                                arch + " --out " + dir + " > /dev/null";
+      EXPECT_EQ(std::system(write.c_str()), 0) << write;
+    }
+  }
+};
+
+const Checkpoints& checkpoints() {
+  static const Checkpoints c;
+  return c;
+}
+
+SpeculativeConfig mtp(int k) {
+  SpeculativeConfig c;
+  c.method = SpeculativeMethod::Mtp;
+  c.num_speculative_tokens = k;
+  c.adaptive = false;
+  return c;
+}
+
+// Prompts of 1 to 30 ids (a one-token prompt has no MTP position before
+// its first draft), some repeating a short period.
+std::vector<std::vector<int32_t>> prompts(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    const int len = i == 0 ? 1 : 2 + static_cast<int>(rng() % 29);
+    std::vector<int32_t> base(1 + rng() % 5);
+    for (int32_t& t : base) t = 3 + static_cast<int32_t>(rng() % 500);
+    std::vector<int32_t> p;
+    for (int j = 0; j < len; ++j) {
+      p.push_back(i % 2 ? base[j % base.size()] : 3 + static_cast<int32_t>(rng() % 500));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> run(LLMEngine& engine, const std::vector<std::vector<int32_t>>& ps,
+                                      const std::vector<SamplingParams>& params) {
+  std::vector<std::vector<int32_t>> out(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    engine.add_request(std::to_string(i), ps[i], params[params.size() == 1 ? 0 : i]);
+  }
+  while (engine.has_unfinished()) {
+    for (RequestOutput& o : engine.step()) {
+      if (o.finished) out[std::stoul(o.request_id)] = o.token_ids;
+    }
+    engine.check_invariants();
+  }
+  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "a block leaked";
+  return out;
+}
+
+std::vector<std::vector<int32_t>> run(const std::string& model, const EngineOptions& o,
+                                      const std::vector<std::vector<int32_t>>& ps,
+                                      const std::vector<SamplingParams>& params) {
+  LLMEngine engine(model, o);
+  return run(engine, ps, params);
+}
+
+// Accepted and rejected drafts both happened.
+void expect_mixed_acceptance(const LLMEngine& engine) {
+  const SpecDecodeStats s = engine.stats().spec_decode;
+  EXPECT_GT(s.num_accepted_tokens, 0) << s.num_drafts << " drafts";
+  EXPECT_LT(s.num_accepted_tokens, s.num_draft_tokens);
+}
+
+std::vector<SamplingParams> mixed_limits(size_t n) {
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < n; ++i) params.push_back(test::greedy(5 + static_cast<int>(i * 7 % 40)));
+  return params;
+}
+
+TEST(MtpProposer, GreedyEqualsPlainOverAMixedBatchV3AndV32) {
+  for (const std::string& model : {checkpoints().v3, checkpoints().v32}) {
+    const auto ps = prompts(10, 1);
+    const auto params = mixed_limits(ps.size());
+    const auto plain = run(model, EngineOptions{}, ps, params);
+    for (int k : {1, 3}) {
+      EngineOptions o;
+      o.speculative_config = mtp(k);
+      LLMEngine engine(model, o);
+      EXPECT_EQ(run(engine, ps, params), plain) << model << " k " << k;
+      expect_mixed_acceptance(engine);
+    }
+  }
+}
+
+TEST(MtpProposer, ChunkedPrefillPreemptionAndSmallBlocksEqualPlain) {
+  const auto ps = prompts(10, 2);
+  const std::vector<SamplingParams> params = {test::greedy(40)};
+  const std::string& model = checkpoints().v3;
+  const auto plain = run(model, EngineOptions{}, ps, params);
+  EngineOptions o;
+  o.max_num_batched_tokens = 7;  // prompt chunks next to 1 + k token verifications
+  o.block_size = 4;              // drafts and chains often cross a block
+  o.max_model_len = 72;
+  // 5 MLA layers (4 + MTP) of (64 + 16) f32 values: 1600 bytes a position;
+  // room for 80 positions, about two requests: they are preempted.
+  o.kv_cache_memory = 1600 * 80;
+  o.speculative_config = mtp(4);
+  LLMEngine engine(model, o);
+  EXPECT_EQ(run(engine, ps, params), plain);
+  EXPECT_GT(engine.stats().num_preemptions, 0);
+  expect_mixed_acceptance(engine);
+}
+
+TEST(MtpProposer, PrefixCacheHitsEqualPlain) {
+  // Second round: each prompt is a first-round prompt plus its output, so
+  // it hits blocks whose MTP entries earlier requests computed.
+  for (const std::string& model : {checkpoints().v3, checkpoints().v32}) {
+    const auto ps = prompts(8, 3);
+    EngineOptions o;
+    o.block_size = 4;
+    o.speculative_config = mtp(3);
+    LLMEngine engine(model, o);
+    const auto first = run(engine, ps, {test::greedy(24)});
+    std::vector<std::vector<int32_t>> second;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      second.push_back(ps[i]);
+      second.back().insert(second.back().end(), first[i].begin(), first[i].end());
+    }
+    const auto hits_before = engine.stats().prefix_cache_hit_tokens;
+    const auto spec = run(engine, second, {test::greedy(16)});
+    EngineOptions plain_options;
+    plain_options.enable_prefix_caching = false;
+    EXPECT_EQ(spec, run(model, plain_options, second, {test::greedy(16)})) << model;
+    EXPECT_GT(engine.stats().prefix_cache_hit_tokens - hits_before, 100) << model;
+    expect_mixed_acceptance(engine);
+  }
+}
+
+// What the MTP layer computed in a run: its logits per (request,
+// position) and its drafts per (request, tokens so far).
+struct MtpRecord {
+  std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
+  std::map<std::pair<std::string, int64_t>, std::vector<int32_t>> drafts;
+  void observe(LLMEngine& engine) {
+    MtpProposer::Observer o;
+    o.logits = [this](const std::string& id, int64_t pos, const float* row, int64_t vocab) {
+      logits[{id, pos}].assign(row, row + vocab);
+    };
+    o.drafts = [this](const std::string& id, int64_t n, std::span<const int32_t> d) {
+      drafts[{id, n}].assign(d.begin(), d.end());
+    };
+    engine.set_mtp_observer(std::move(o));
+  }
+};
+
+TEST(MtpProposer, PrefixCacheHitsKeepTheMtpLayersEntries) {
+  // The MTP entry at a block's last position pairs it with the next token,
+  // which the block's hash does not cover: a hit must not reuse an entry
+  // computed with another next token (the last hit block is recomputed).
+  // Round 2 reuses round 1's prompts with other continuations, so blocks
+  // are hit whose successor token differs; its MTP logits at every
+  // position it computes, and its drafts, must equal a run without the
+  // prefix cache.
+  const std::string& model = checkpoints().v3;
+  const auto ps = prompts(8, 4);
+  std::vector<std::vector<int32_t>> second;
+  std::mt19937 rng(9);
+  for (const auto& p : ps) {
+    second.push_back(p);
+    second.back().resize(p.size() - p.size() / 3);  // cut inside or at the end of a block
+    for (int j = 0; j < 9; ++j) second.back().push_back(3 + static_cast<int32_t>(rng() % 500));
+  }
+  EngineOptions o;
+  o.block_size = 4;
+  o.speculative_config = mtp(3);
+  LLMEngine cached(model, o);
+  run(cached, ps, {test::greedy(12)});
+  const auto hits_before = cached.stats().prefix_cache_hit_tokens;
+  MtpRecord with_hits, without;
+  with_hits.observe(cached);
+  const auto a = run(cached, second, {test::greedy(12)});
+  EXPECT_GT(cached.stats().prefix_cache_hit_tokens - hits_before, 20);
+  o.enable_prefix_caching = false;
+  LLMEngine fresh(model, o);
+  without.observe(fresh);
+  EXPECT_EQ(run(fresh, second, {test::greedy(12)}), a);
+  ASSERT_FALSE(with_hits.logits.empty());
+  for (const auto& [key, row] : with_hits.logits) {
+    const auto it = without.logits.find(key);
+    ASSERT_NE(it, without.logits.end()) << key.first << " position " << key.second;
+    float max_abs = 0, max_diff = 0;
+    for (size_t v = 0; v < row.size(); ++v) {
+      max_abs = std::max(max_abs, std::abs(it->second[v]));
+      max_diff = std::max(max_diff, std::abs(row[v] - it->second[v]));
+    }
+    EXPECT_LE(max_diff, 1e-5f * max_abs) << "request " << key.first << " position " << key.second;
+  }
+  EXPECT_EQ(with_hits.drafts, without.drafts);
+}
+
+// Random pools, budgets, block sizes, k and sampling (greedy and seeded
+// temperature): every step's invariants hold and every block returns.
+TEST(MtpProposer, RandomizedInvariants) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 4; ++trial) {
+    EngineOptions o;
+    o.block_size = 1 << (rng() % 4);
+    o.max_num_batched_tokens = 4 + static_cast<int32_t>(rng() % 40);
+    o.max_model_len = 96;
+    o.kv_cache_memory = 1600 * (96 + static_cast<int64_t>(rng() % 300));
+    o.speculative_config = mtp(1 + static_cast<int>(rng() % 5));
+    o.speculative_config->adaptive = rng() % 2 == 0;
+    LLMEngine engine(checkpoints().v3, o);
+    const auto ps = prompts(8, 10 + trial);
+    std::vector<SamplingParams> params;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      SamplingParams p = test::greedy(1 + static_cast<int>(rng() % 50));
+      if (rng() % 3 == 0) {
+        p.temperature = 0.8f;
+        p.seed = rng();
+      }
+      params.push_back(p);
+    }
+    run(engine, ps, params);
+  }
+}
+
+TEST(MtpProposer, ModelsWithoutAnMtpLayerAreRefused) {
+  EngineOptions o;
+  o.speculative_config = mtp(2);
+  try {
+    LLMEngine engine(test::kDemoModel, o);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("MTP layer"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
