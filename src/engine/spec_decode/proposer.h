@@ -57,7 +57,6 @@ class Proposer {
     (void)kv_dtype;
     return {};
   }
-  bool keeps_kv(DType kv_dtype) const { return !kv_cache_specs(kv_dtype).empty(); }
   // Once the engine built the pools: the proposer's caches are the plan's
   // layers from first_layer on, in `memory`; `kv` hands out the pages its
   // drafts' positions need. Called only for a proposer with caches.
