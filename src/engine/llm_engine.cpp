@@ -671,11 +671,8 @@ void LLMEngine::propose_drafts(const std::vector<Request*>& sampled) {
     // checked against the grammar and the matcher rolled back on rejection.
     if (r->grammar) continue;
     if (options_.speculative_config->adaptive && !r->spec_adaptive.should_speculate()) continue;
-    std::vector<int32_t>& context = propose_context_;
-    context.assign(r->prompt_ids.begin(), r->prompt_ids.end());
-    context.insert(context.end(), r->output_ids.begin(), r->output_ids.end());
-    ngram_proposer_->propose(context, static_cast<int32_t>(std::min<int64_t>(k, room)),
-                             &r->spec_token_ids);
+    ngram_proposer_->propose(r->prompt_ids, r->output_ids, static_cast<int32_t>(std::min<int64_t>(k, room)),
+                             &r->ngram_index, &r->spec_token_ids);
   }
 }
 

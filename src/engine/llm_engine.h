@@ -245,7 +245,6 @@ class LLMEngine {
   std::vector<std::vector<SampledToken>> sampled_;  // [sampling row]: tokens to append
   std::vector<int32_t> num_accepted_;               // [sampling row]: drafts accepted
   std::unique_ptr<NgramProposer> ngram_proposer_;
-  std::vector<int32_t> propose_context_;  // scratch: prompt + output
   SpecDecodeStats spec_stats_;
 };
 

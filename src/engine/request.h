@@ -9,6 +9,7 @@
 
 #include "engine/sampler.h"
 #include "engine/spec_decode/adaptive_speculation.h"
+#include "engine/spec_decode/ngram_proposer.h"
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
 #include "kv/kv_cache_manager.h"
@@ -53,6 +54,7 @@ struct Request {
   // switch that stops drafting where it does not pay.
   std::vector<int32_t> spec_token_ids;
   AdaptiveSpeculation spec_adaptive;
+  NgramIndex ngram_index;  // the n-gram proposer's index of this request's tokens
 
   // Output text, built incrementally; stop strings are cut from it.
   std::unique_ptr<IncrementalDetokenizer> detokenizer;

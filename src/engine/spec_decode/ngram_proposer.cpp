@@ -4,8 +4,86 @@
 
 namespace pagoda {
 
-void NgramProposer::propose(std::span<const int32_t> context, int32_t k,
-                            std::vector<int32_t>* draft) const {
+namespace {
+
+// The context prompt + output without copying it.
+struct Tokens {
+  std::span<const int32_t> prompt, output;
+  int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
+  int32_t operator[](int64_t i) const {
+    const auto p = static_cast<int64_t>(prompt.size());
+    return i < p ? prompt[static_cast<size_t>(i)] : output[static_cast<size_t>(i - p)];
+  }
+};
+
+// The hash of the n tokens ending at `end`, built backwards one token at a
+// time (hash n from hash n - 1), so all n for one end cost O(max_n).
+uint64_t extend(uint64_t h, int32_t token) {
+  uint64_t x = h + static_cast<uint32_t>(token) + 0x9E3779B97F4A7C15ull;  // splitmix64's finaliser
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Appends k tokens continuing the context after position `from` (the
+// first token after a match); past the end it continues into the draft.
+void copy_draft(const Tokens& t, int64_t from, int32_t k, std::vector<int32_t>* draft) {
+  const int64_t len = t.size();
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t src = from + i;
+    draft->push_back(src < len ? t[src] : (*draft)[static_cast<size_t>(src - len)]);
+  }
+}
+
+}  // namespace
+
+void NgramProposer::propose(std::span<const int32_t> prompt, std::span<const int32_t> output, int32_t k,
+                            NgramIndex* index, std::vector<int32_t>* draft) const {
+  draft->clear();
+  const Tokens t{prompt, output};
+  const int64_t len = t.size();
+  if (index->indexed > len) *index = NgramIndex{{}, 0, index->hash_mask};  // not this context's index
+  // Index the n-grams ending before the last token (the suffixes looked up
+  // below must match strictly earlier occurrences, with a token after).
+  for (int64_t end = index->indexed; end < len - 1; ++end) {
+    uint64_t h = 0;
+    for (int64_t n = 1; n <= max_n_ && end - n + 1 >= 0; ++n) {
+      h = extend(h, t[end - n + 1]);
+      if (n >= min_n_) index->latest_end[h & index->hash_mask] = end;
+    }
+  }
+  index->indexed = std::max<int64_t>(index->indexed, len - 1);
+  if (k <= 0) return;
+  const int64_t top = std::min<int64_t>(max_n_, len - 1);
+  uint64_t hashes[64];
+  std::vector<uint64_t> long_hashes;
+  uint64_t* hash = top <= 64 ? hashes : (long_hashes.resize(static_cast<size_t>(top)), long_hashes.data());
+  uint64_t h = 0;
+  for (int64_t n = 1; n <= top; ++n) hash[n - 1] = h = extend(h, t[len - n]);
+  for (int64_t n = top; n >= min_n_; --n) {
+    const auto it = index->latest_end.find(hash[n - 1] & index->hash_mask);
+    if (it == index->latest_end.end()) continue;
+    const int64_t end = it->second;
+    bool same = true;
+    for (int64_t j = 0; j < n && same; ++j) same = t[end - j] == t[len - 1 - j];
+    if (same) {
+      copy_draft(t, end + 1, k, draft);
+      return;
+    }
+    // A collision: this n's latest occurrence, if any, by a scan.
+    for (int64_t i = len - n - 1; i >= 0; --i) {
+      bool match = true;
+      for (int64_t j = 0; j < n && match; ++j) match = t[i + j] == t[len - n + j];
+      if (match) {
+        copy_draft(t, i + n, k, draft);
+        return;
+      }
+    }
+  }
+}
+
+void NgramProposer::propose_by_scan(std::span<const int32_t> context, int32_t k,
+                                    std::vector<int32_t>* draft) const {
   draft->clear();
   const auto len = static_cast<int64_t>(context.size());
   if (k <= 0) return;
@@ -14,11 +92,7 @@ void NgramProposer::propose(std::span<const int32_t> context, int32_t k,
     // The latest earlier start i (i + n <= len - 1, so a token follows).
     for (int64_t i = len - n - 1; i >= 0; --i) {
       if (!std::equal(suffix.begin(), suffix.end(), context.begin() + i)) continue;
-      for (int64_t t = 0; t < k; ++t) {
-        const int64_t src = i + n + t;
-        draft->push_back(src < len ? context[static_cast<size_t>(src)]
-                                   : (*draft)[static_cast<size_t>(src - len)]);
-      }
+      copy_draft(Tokens{context, {}}, i + n, k, draft);
       return;
     }
   }
