@@ -4,7 +4,7 @@
 // or several at once as accepted drafts arrive, split into prompt and
 // output at random, every step's draft must be the scan's, for several
 // (min_n, max_n, k); also with hashes narrowed to 3 bits, so collisions
-// take the scan fallback.
+// take the scan fallback, and with more lengths than are indexed.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -43,6 +43,23 @@ void check_equal_to_scan(uint64_t hash_mask, int seeds) {
 TEST(NgramProposer, IndexDraftsEqualTheScansOnRandomSequences) { check_equal_to_scan(~uint64_t{0}, 40); }
 
 TEST(NgramProposer, HashCollisionsFallBackToTheScan) { check_equal_to_scan(0x7, 40); }
+
+// min_n..max_n wider than the indexed lengths: the longer n are scanned.
+TEST(NgramProposer, WideRangesScanTheLongerLengths) {
+  for (int seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    const NgramProposer proposer(1, 12);
+    std::vector<int32_t> context, draft, want;
+    NgramIndex index;
+    // A period-10 text with a few random changes: long suffixes recur.
+    for (int step = 0; step < 200; ++step) {
+      context.push_back(rng() % 8 == 0 ? static_cast<int32_t>(rng() % 3) : step % 10);
+      proposer.propose(context, {}, 4, &index, &draft);
+      proposer.propose_by_scan(context, 4, &want);
+      ASSERT_EQ(draft, want) << "seed " << seed << " step " << step;
+    }
+  }
+}
 
 // A new context (shorter than what the index holds) rebuilds the index.
 TEST(NgramProposer, AnIndexOfALongerContextIsRebuilt) {

@@ -25,6 +25,21 @@ uint64_t extend(uint64_t h, int32_t token) {
   return x ^ (x >> 31);
 }
 
+// Lengths indexed per position, at most (memory: that many table entries
+// per token); longer n of a wide [min_n, max_n] are found by the scan.
+constexpr int32_t kMaxIndexedLengths = 8;
+
+// The latest earlier occurrence of the context's last n tokens, by a
+// backwards scan: the start i (i + n <= len - 1, so a token follows), or -1.
+int64_t scan_latest(const auto& t, int64_t len, int64_t n) {
+  for (int64_t i = len - n - 1; i >= 0; --i) {
+    bool match = true;
+    for (int64_t j = 0; j < n && match; ++j) match = t[i + j] == t[len - n + j];
+    if (match) return i;
+  }
+  return -1;
+}
+
 // Appends k tokens continuing the context after position `from` (the
 // first token after a match); past the end it continues into the draft.
 void copy_draft(const Tokens& t, int64_t from, int32_t k, std::vector<int32_t>* draft) {
@@ -45,9 +60,10 @@ void NgramProposer::propose(std::span<const int32_t> prompt, std::span<const int
   if (index->indexed > len) *index = NgramIndex{{}, 0, index->hash_mask};  // not this context's index
   // Index the n-grams ending before the last token (the suffixes looked up
   // below must match strictly earlier occurrences, with a token after).
+  const int64_t indexed_max = std::min(max_n_, min_n_ + kMaxIndexedLengths - 1);
   for (int64_t end = index->indexed; end < len - 1; ++end) {
     uint64_t h = 0;
-    for (int64_t n = 1; n <= max_n_ && end - n + 1 >= 0; ++n) {
+    for (int64_t n = 1; n <= indexed_max && end - n + 1 >= 0; ++n) {
       h = extend(h, t[end - n + 1]);
       if (n >= min_n_) index->latest_end[h & index->hash_mask] = end;
     }
@@ -55,13 +71,21 @@ void NgramProposer::propose(std::span<const int32_t> prompt, std::span<const int
   index->indexed = std::max<int64_t>(index->indexed, len - 1);
   if (k <= 0) return;
   const int64_t top = std::min<int64_t>(max_n_, len - 1);
-  uint64_t hashes[64];
-  std::vector<uint64_t> long_hashes;
-  uint64_t* hash = top <= 64 ? hashes : (long_hashes.resize(static_cast<size_t>(top)), long_hashes.data());
+  for (int64_t n = top; n > indexed_max; --n) {
+    const int64_t i = scan_latest(t, len, n);
+    if (i >= 0) {
+      copy_draft(t, i + n, k, draft);
+      return;
+    }
+  }
+  uint64_t hash[kMaxIndexedLengths + 1];  // hash[n - min_n]: the last n tokens'
   uint64_t h = 0;
-  for (int64_t n = 1; n <= top; ++n) hash[n - 1] = h = extend(h, t[len - n]);
-  for (int64_t n = top; n >= min_n_; --n) {
-    const auto it = index->latest_end.find(hash[n - 1] & index->hash_mask);
+  for (int64_t n = 1; n <= std::min(top, indexed_max); ++n) {
+    h = extend(h, t[len - n]);
+    if (n >= min_n_) hash[n - min_n_] = h;
+  }
+  for (int64_t n = std::min(top, indexed_max); n >= min_n_; --n) {
+    const auto it = index->latest_end.find(hash[n - min_n_] & index->hash_mask);
     if (it == index->latest_end.end()) continue;
     const int64_t end = it->second;
     bool same = true;
@@ -71,13 +95,9 @@ void NgramProposer::propose(std::span<const int32_t> prompt, std::span<const int
       return;
     }
     // A collision: this n's latest occurrence, if any, by a scan.
-    for (int64_t i = len - n - 1; i >= 0; --i) {
-      bool match = true;
-      for (int64_t j = 0; j < n && match; ++j) match = t[i + j] == t[len - n + j];
-      if (match) {
-        copy_draft(t, i + n, k, draft);
-        return;
-      }
+    if (const int64_t i = scan_latest(t, len, n); i >= 0) {
+      copy_draft(t, i + n, k, draft);
+      return;
     }
   }
 }

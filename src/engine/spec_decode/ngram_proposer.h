@@ -6,7 +6,9 @@
 // its tokens, by hash, with the position where its latest occurrence ends.
 // A step adds the n-grams ending at the tokens that arrived since the last
 // one and looks the current suffixes up, so its cost does not depend on
-// the context's length (the first step indexes the prompt once). Matches
+// the context's length (the first step indexes the prompt once). Up to 8
+// lengths from min_n are indexed (8 table entries per token); a wider
+// range finds its longer n by scanning, as before. Matches
 // are checked token by token, so a hash collision costs a scan, never a
 // wrong draft: the drafts are exactly propose_by_scan's.
 #pragma once
