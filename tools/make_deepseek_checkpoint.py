@@ -47,6 +47,9 @@ token t+1, i.e. the main model's next prediction. Drafts are then mostly
 tests of the `mtp` proposer.
 --broken missing-scale|scale-shape|unknown-quant-method (with --fp8) writes
 a bad checkpoint for the engine's refusal tests.
+--tokenizer DIR copies DIR's tokenizer.json / tokenizer_config.json instead
+(e.g. tests/data/tokenizers/deepseek_v3, DeepSeek V3's own, with --vocab
+129280 and --bos 0 --eos 1 as the real config).
 
 --arch v32: DeepseekV32ForCausalLM (model_type "deepseek_v32", spec §1.1):
 config.json adds index_n_heads / index_head_dim / index_topk (the HF
@@ -352,6 +355,9 @@ def main():
     for k in ("route_scale", "rope_theta", "factor", "mscale", "mscale_all_dim"):
         ap.add_argument("--" + k.replace("_", "-"), type=float, default=None)
     ap.add_argument("--orig-ctx", type=int, default=None, help="rope_scaling.original_max_position_embeddings")
+    ap.add_argument("--tokenizer", default=None, help="directory whose tokenizer files to copy")
+    ap.add_argument("--bos", type=int, default=None, help="bos_token_id")
+    ap.add_argument("--eos", type=int, default=None, help="eos_token_id")
     a = ap.parse_args()
 
     p = dict(WIDE if a.wide else TINY)
@@ -365,7 +371,8 @@ def main():
         D = p["index_head_dim"]
         if D & (D - 1) or D < p["rope"] or p["rope"] % 2:
             ap.error("index_head_dim must be a power of two (Hadamard, spec §0.5) >= qk_rope_head_dim")
-    for k in list(sizes) + ["route_scale", "rope_theta", "factor", "mscale", "mscale_all_dim", "orig_ctx"]:
+    for k in list(sizes) + ["route_scale", "rope_theta", "factor", "mscale", "mscale_all_dim", "orig_ctx", "bos",
+                            "eos"]:
         if getattr(a, k) is not None:
             p[k] = getattr(a, k)
     if a.q_lora_rank is None:
@@ -376,6 +383,12 @@ def main():
         ap.error("num_experts_per_tok exceeds the experts of the topk_group groups")
     if p["vocab"] < 512:
         ap.error("vocab must be >= 512 (the copied tokenizer's size)")
+    if a.tokenizer:
+        with open(os.path.join(a.tokenizer, "tokenizer.json")) as f:
+            t = json.load(f)
+        ids = list(t["model"]["vocab"].values()) + [x["id"] for x in t.get("added_tokens", [])]
+        if max(ids) >= p["vocab"]:
+            ap.error(f"--tokenizer has ids up to {max(ids)}, outside --vocab {p['vocab']}")
     if a.broken and not a.fp8:
         ap.error("--broken needs --fp8")
     c = build_config(a, p)
@@ -439,7 +452,7 @@ def main():
     json.dump(c, open(os.path.join(a.out, "config.json"), "w"), indent=2)
     json.dump({"bos_token_id": p["bos"], "eos_token_id": p["eos"]},
               open(os.path.join(a.out, "generation_config.json"), "w"))
-    tok = LLAMA3_TOKENIZER if p["vocab"] >= 128256 else STORIES  # both produce ids < vocab_size
+    tok = a.tokenizer or (LLAMA3_TOKENIZER if p["vocab"] >= 128256 else STORIES)  # ids < vocab_size
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tok, f), a.out)
 

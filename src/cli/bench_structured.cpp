@@ -8,6 +8,10 @@
 // Then the batch-B decode step of the same model, unconstrained and with
 // every row constrained (the mask work shares the sampler's threads), so
 // the ratio per row and the end-to-end overhead come from the same run.
+// --mixed-pairs N adds the check that a constrained request slows the
+// unconstrained ones beside it by no more than its mask cost: N
+// interleaved pairs of batches, all rows free vs one row constrained,
+// whose step-time difference is printed next to that row's mask cost.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +37,7 @@ struct StructuredArgs : BenchModelArgs {
   int batch = 32;
   int walks = 6;
   int max_steps = 256;
+  int mixed_pairs = 0;
   std::vector<std::string> schema_files;
 };
 
@@ -61,6 +66,7 @@ struct MaskStats {
   double compile_ms = 0;
   int64_t steps = 0;
   double mean_us = 0, p50_us = 0, p99_us = 0, max_us = 0, cold_mean_us = 0;
+  double accept_mean_us = 0;  // of mean_us: advancing the matcher by the chosen token
 };
 
 MaskStats time_masks(const Constraint& c, const std::shared_ptr<const structured::TokenVocab>& vocab,
@@ -73,7 +79,7 @@ MaskStats time_masks(const Constraint& c, const std::shared_ptr<const structured
   const auto grammar = compiler.compile(c.spec);
   s.compile_ms = 1e3 * seconds_since(t0);
   std::vector<float> logits(static_cast<size_t>(vocab->size()));
-  std::vector<double> us, cold;
+  std::vector<double> us, cold, accept;
   std::mt19937_64 rng(a.seed);
   std::vector<int32_t> allowed;
   for (int w = 0; w < a.walks; ++w) {
@@ -94,8 +100,10 @@ MaskStats time_masks(const Constraint& c, const std::shared_ptr<const structured
       if (m.is_complete() && rng() % 4 == 0) id = vocab->eos_ids().front();
       const auto t2 = Clock::now();
       if (!m.accept_token(id)) throw InternalError("bench structured: an allowed token was refused");
-      const double total_us = 1e6 * (mask_s + seconds_since(t2));
+      const double accept_s = seconds_since(t2);
+      const double total_us = 1e6 * (mask_s + accept_s);
       us.push_back(total_us);
+      accept.push_back(1e6 * accept_s);
       if (w == 0) cold.push_back(total_us);
     }
   }
@@ -106,6 +114,9 @@ MaskStats time_masks(const Constraint& c, const std::shared_ptr<const structured
   double cold_sum = 0;
   for (double v : cold) cold_sum += v;
   s.cold_mean_us = cold_sum / static_cast<double>(cold.size());
+  double accept_sum = 0;
+  for (double v : accept) accept_sum += v;
+  s.accept_mean_us = accept_sum / static_cast<double>(accept.size());
   std::sort(us.begin(), us.end());
   s.p50_us = us[us.size() / 2];
   s.p99_us = us[std::min(us.size() - 1, us.size() * 99 / 100)];
@@ -113,10 +124,11 @@ MaskStats time_masks(const Constraint& c, const std::shared_ptr<const structured
   return s;
 }
 
-// Median decode step (ms) of a batch of B requests, each constrained by
-// `grammar` when it is set.
+// Median decode step (ms) of a batch of B requests, the first
+// `constrained_rows` of them constrained by `grammar`.
 double decode_step_ms(LLMEngine& engine, const StructuredArgs& a,
-                      std::shared_ptr<const structured::CompiledGrammar> grammar, int tag) {
+                      std::shared_ptr<const structured::CompiledGrammar> grammar, int constrained_rows,
+                      int tag) {
   const int64_t vocab = engine.model_config().vocab_size;
   std::mt19937_64 rng(a.seed + static_cast<uint64_t>(tag));
   for (int i = 0; i < a.batch; ++i) {
@@ -125,7 +137,7 @@ double decode_step_ms(LLMEngine& engine, const StructuredArgs& a,
     params.seed = a.seed + static_cast<uint64_t>(i);
     params.max_tokens = a.output_len;
     params.ignore_eos = true;
-    params.grammar = grammar;
+    if (i < constrained_rows) params.grammar = grammar;
     std::vector<int32_t> prompt(static_cast<size_t>(a.input_len));
     for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % static_cast<uint64_t>(vocab - 3));
     engine.add_request("st-" + std::to_string(tag) + "-" + std::to_string(i), std::move(prompt), params);
@@ -140,6 +152,42 @@ double decode_step_ms(LLMEngine& engine, const StructuredArgs& a,
   }
   if (steps.empty()) throw InternalError("bench structured: no full decode step");
   return median(steps);
+}
+
+// The acceptance check "a constrained request never slows the
+// unconstrained requests in its batch by more than the mask cost":
+// interleaved pairs of batch-B runs (ABBA), every row free vs row 0 constrained
+// by `grammar` (the others free), each run's median full-batch decode
+// step; the difference of the medians over the pairs is what the free
+// rows lost, printed beside the constrained row's mask cost per step
+// (`mask`: the same grammar's walks above, cache warm as in serving).
+nlohmann::json mixed_batch(LLMEngine& engine, const StructuredArgs& a,
+                           const std::shared_ptr<const structured::CompiledGrammar>& grammar,
+                           const MaskStats& mask) {
+  std::vector<double> plain, mixed;
+  for (int p = 0; p < a.mixed_pairs; ++p) {
+    // In ABBA order, so a drift of the machine's speed within a pair
+    // favours neither side.
+    if (p % 2 == 0) plain.push_back(decode_step_ms(engine, a, nullptr, 0, 100 + 2 * p));
+    mixed.push_back(decode_step_ms(engine, a, grammar, 1, 101 + 2 * p));
+    if (p % 2 == 1) plain.push_back(decode_step_ms(engine, a, nullptr, 0, 100 + 2 * p));
+    std::printf("mixed-batch pair %d: all %d rows free %.2f ms/step | 1 row constrained (%s) %.2f ms/step\n",
+                p + 1, a.batch, plain.back(), mask.name.c_str(), mixed.back());
+  }
+  const double plain_ms = median(plain), mixed_ms = median(mixed);
+  const double slowdown_ms = mixed_ms - plain_ms;
+  std::printf(
+      "mixed batch-%d, median of %d pairs: free rows' step %.2f ms -> %.2f ms with one constrained row: "
+      "%+.3f ms (%+.2f%%) | mask cost per constrained row per step: mean %.3f ms, p99 %.3f ms%s\n",
+      a.batch, a.mixed_pairs, plain_ms, mixed_ms, slowdown_ms, 100.0 * (mixed_ms / plain_ms - 1),
+      mask.mean_us / 1e3, mask.p99_us / 1e3,
+      slowdown_ms <= mask.mean_us / 1e3 ? " (slowdown within the mean mask cost)"
+                                        : " (slowdown ABOVE the mean mask cost)");
+  return {{"pairs", a.mixed_pairs},         {"constraint", mask.name},
+          {"free_ms_per_step", plain},      {"one_constrained_ms_per_step", mixed},
+          {"free_ms_median", plain_ms},     {"one_constrained_ms_median", mixed_ms},
+          {"slowdown_ms", slowdown_ms},     {"mask_ms_mean", mask.mean_us / 1e3},
+          {"mask_ms_p99", mask.p99_us / 1e3}};
 }
 
 int run_bench(StructuredArgs& a) {
@@ -165,11 +213,11 @@ int run_bench(StructuredArgs& a) {
   std::vector<MaskStats> stats;
   for (const Constraint& c : constraints) stats.push_back(time_masks(c, vocab, a));
 
-  decode_step_ms(engine, a, nullptr, 0);  // warm-up
-  const double plain_ms = decode_step_ms(engine, a, nullptr, 1);
+  decode_step_ms(engine, a, nullptr, 0, 0);  // warm-up
+  const double plain_ms = decode_step_ms(engine, a, nullptr, 0, 1);
   const auto person = engine.grammar_compiler().compile(constraints[0].spec);
-  const double constrained_ms = decode_step_ms(engine, a, person, 2);
-  const double plain_ms2 = decode_step_ms(engine, a, nullptr, 3);  // interleaved: noise check
+  const double constrained_ms = decode_step_ms(engine, a, person, a.batch, 2);
+  const double plain_ms2 = decode_step_ms(engine, a, nullptr, 0, 3);  // interleaved: noise check
   const double step_ms = std::min(plain_ms, plain_ms2);
 
   nlohmann::json j = {{"model", a.model}, {"batch", a.batch}, {"threads", num_threads()},
@@ -179,19 +227,20 @@ int run_bench(StructuredArgs& a) {
   std::printf("vocabulary: %d ids, trie and token bytes built in %.0f ms\n", vocab->size(), vocab_ms);
   std::printf("batch-%d decode step: %.1f ms (runs %.1f, %.1f); every row constrained (person): %.1f ms (%+.1f%%)\n",
               a.batch, step_ms, plain_ms, plain_ms2, constrained_ms, 100.0 * (constrained_ms / step_ms - 1));
-  std::printf("%-14s %8s %6s %9s %9s %9s %9s %9s %9s\n", "constraint", "compile", "steps", "mean_us", "cold_us",
-              "p50_us", "p99_us", "max_us", "mean/step");
+  std::printf("%-14s %8s %6s %9s %9s %9s %9s %9s %9s %9s\n", "constraint", "compile", "steps", "mean_us",
+              "accept_us", "cold_us", "p50_us", "p99_us", "max_us", "mean/step");
   nlohmann::json rows = nlohmann::json::array();
   for (const MaskStats& s : stats) {
     const double ratio = s.mean_us / (1e3 * step_ms);
-    std::printf("%-14s %6.0fms %6lld %9.1f %9.1f %9.1f %9.1f %9.1f %8.2f%%\n", s.name.c_str(), s.compile_ms,
-                static_cast<long long>(s.steps), s.mean_us, s.cold_mean_us, s.p50_us, s.p99_us, s.max_us,
-                100 * ratio);
+    std::printf("%-14s %6.0fms %6lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.2f%%\n", s.name.c_str(),
+                s.compile_ms, static_cast<long long>(s.steps), s.mean_us, s.accept_mean_us, s.cold_mean_us,
+                s.p50_us, s.p99_us, s.max_us, 100 * ratio);
     rows.push_back({{"constraint", s.name}, {"compile_ms", s.compile_ms}, {"steps", s.steps},
-                    {"mask_us_mean", s.mean_us}, {"mask_us_cold_mean", s.cold_mean_us}, {"mask_us_p50", s.p50_us},
+                    {"mask_us_mean", s.mean_us}, {"accept_us_mean", s.accept_mean_us}, {"mask_us_cold_mean", s.cold_mean_us}, {"mask_us_p50", s.p50_us},
                     {"mask_us_p99", s.p99_us}, {"mask_us_max", s.max_us}, {"fraction_of_decode_step", ratio}});
   }
   j["constraints"] = rows;
+  if (a.mixed_pairs > 0) j["mixed_batch"] = mixed_batch(engine, a, person, stats[0]);
   if (a.json) std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
@@ -209,6 +258,10 @@ Runner add_bench_structured(CLI::App& bench) {
   cmd->add_option("--walks", a->walks, "Random walks per constraint (the first with a cold mask cache)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--max-steps", a->max_steps, "Tokens per walk at most")->check(CLI::Range(1, 100000));
+  cmd->add_option("--mixed-pairs", a->mixed_pairs,
+                  "Also time N interleaved pairs of batches, all rows free vs one row constrained, "
+                  "against the mask cost (0: skip)")
+      ->check(CLI::Range(0, 100));
   cmd->add_option("--json-schema", a->schema_files, "Also time this JSON schema (file; repeatable)");
   add_engine_flags(*cmd, a->engine);
   return [a] { return run_bench(*a); };

@@ -9,6 +9,7 @@
 
 #include "engine/sampler.h"
 #include "engine/spec_decode/adaptive_speculation.h"
+#include "engine/spec_decode/ngram_index.h"
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
 #include "kv/kv_cache_manager.h"
@@ -59,6 +60,7 @@ struct Request {
   // accept is no longer counted (Scheduler), and the prefix cache registers
   // only blocks both computed.
   int64_t num_proposer_computed_tokens = 0;
+  NgramIndex ngram_index;  // the n-gram proposer's index of this request's tokens
 
   // Output text, built incrementally; stop strings are cut from it.
   std::unique_ptr<IncrementalDetokenizer> detokenizer;

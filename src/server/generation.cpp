@@ -142,7 +142,8 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
                           "tool_choice");
       }
       constraint = {structured::OutputSpec::Kind::Grammar,
-                    tool_choice_gbnf(*ctx.tool_format, req.chat_prompt.tools, req.tool_choice_function)};
+                    tool_choice_gbnf(*ctx.tool_format, req.chat_prompt.tools, req.tool_choice_function,
+                                     &ctx.engine.engine().grammar_compiler().vocab())};
       constraint_field = "tool_choice";
     }
     if (req.tool_choice == "auto" && has_tools && !ctx.tool_format) {
@@ -197,8 +198,8 @@ Submitted submit_generation(GenerationContext& ctx, const GenerationRequest& req
       SamplingParams params = req.sampling.for_choice(c);  // distinct choices, reproducible
       params.bad_words_token_ids = bad_words;
       params.grammar = grammar;
-      // DeepSeek writes its tool-call markers as special tokens: the
-      // parser must see them (vLLM's tool parsers do the same).
+      // Tool-call markers may be special tokens (where a tokenizer flags
+      // them so): the parser must see them (vLLM's tool parsers do the same).
       if (sub.tool_format) params.skip_special_tokens = false;
       params.max_tokens = static_cast<int>(max_tokens);
       // A stream sends each step's additions; a response only the end.

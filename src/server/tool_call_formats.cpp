@@ -83,14 +83,16 @@ std::optional<ParsedToolCall> parse_deepseek_v31(std::string_view body) {
 
 // The grammars of a call's body, as the templates write them (compact
 // JSON arguments, which the parsers read like any other).
-std::string hermes_call(const std::string& name, const std::string& args) {
+std::string hermes_call(const std::string& name, const std::string& args, const ToolCallFormat::MarkerGbnf&) {
   return R"("\n{\"name\":\"" )" + name + R"( "\",\"arguments\":" )" + args + R"( "}\n")";
 }
-std::string deepseek_v3_call(const std::string& name, const std::string& args) {
-  return R"("function<｜tool▁sep｜>" )" + name + R"( "\n```json\n" )" + args + R"( "\n```")";
+std::string deepseek_v3_call(const std::string& name, const std::string& args,
+                             const ToolCallFormat::MarkerGbnf& marker) {
+  return R"("function" )" + marker(std::string(kSep)) + " " + name + R"( "\n```json\n" )" + args + R"( "\n```")";
 }
-std::string deepseek_v31_call(const std::string& name, const std::string& args) {
-  return name + R"( "<｜tool▁sep｜>" )" + args;
+std::string deepseek_v31_call(const std::string& name, const std::string& args,
+                              const ToolCallFormat::MarkerGbnf& marker) {
+  return name + " " + marker(std::string(kSep)) + " " + args;
 }
 
 const ToolCallFormat kHermes{"", "", "<tool_call>", "</tool_call>", parse_hermes, hermes_call};

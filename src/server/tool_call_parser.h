@@ -34,9 +34,13 @@ struct ToolCallFormat {
   // The call between the markers, or nullopt when it is malformed.
   std::function<std::optional<ParsedToolCall>(std::string_view body)> parse_call;
   // The grammar (GBNF) of what goes between the markers, given the name as
-  // a GBNF literal and the rule of its arguments object: what a call must
-  // look like when tool_choice forces one (tool_choice_grammar.h).
-  std::function<std::string(const std::string& name, const std::string& args_rule)> call_grammar;
+  // a GBNF literal, the rule of its arguments object and how a marker is
+  // written in GBNF (a token terminal where the vocabulary has it as one
+  // token): what a call must look like when tool_choice forces one
+  // (tool_choice_grammar.h).
+  using MarkerGbnf = std::function<std::string(const std::string& marker)>;
+  std::function<std::string(const std::string& name, const std::string& args_rule, const MarkerGbnf& marker)>
+      call_grammar;
 };
 
 // The formats by vLLM's names (hermes, deepseek_v3, deepseek_v31); null for

@@ -8,8 +8,12 @@
 namespace pagoda::server {
 
 std::string tool_choice_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
-                             const std::string& only) {
+                             const std::string& only, const structured::TokenVocab* vocab) {
   using structured::gbnf_literal;
+  const ToolCallFormat::MarkerGbnf marker = [vocab](const std::string& text) {
+    const auto id = vocab ? vocab->find_token(text) : std::nullopt;
+    return id ? "<[" + std::to_string(*id) + "]>" : gbnf_literal(text);
+  };
   std::string rules, calls;
   for (size_t i = 0; i < tools.size(); ++i) {
     const auto& t = tools[i];
@@ -30,19 +34,19 @@ std::string tool_choice_gbnf(const ToolCallFormat& format, const nlohmann::order
     } catch (const InputError& e) {
       throw bad_request("tools[" + std::to_string(i) + "] (" + name + ") parameters: " + e.what(), "tools");
     }
-    calls += (calls.empty() ? "" : " | ") + format.call_grammar(gbnf_literal(name), args);
+    calls += (calls.empty() ? "" : " | ") + format.call_grammar(gbnf_literal(name), args, marker);
   }
   if (calls.empty()) {
     throw bad_request("tool_choice names function \"" + only + "\", which is not among the tools",
                       "tool_choice");
   }
-  const std::string call = gbnf_literal(format.call_begin) + " (" + calls + ") " + gbnf_literal(format.call_end);
+  const std::string call = marker(format.call_begin) + " (" + calls + ") " + marker(format.call_end);
   const std::string sep = format.region_begin.empty() ? "\"\\n\" " : "";
   std::string root = "root ::= ";
-  if (!format.region_begin.empty()) root += gbnf_literal(format.region_begin) + " ";
+  if (!format.region_begin.empty()) root += marker(format.region_begin) + " ";
   root += "call";
   if (only.empty()) root += " (" + sep + "call){0,3}";
-  if (!format.region_end.empty()) root += " " + gbnf_literal(format.region_end);
+  if (!format.region_end.empty()) root += " " + marker(format.region_end);
   return root + "\ncall ::= " + call + "\n" + rules;
 }
 

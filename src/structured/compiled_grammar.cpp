@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
 #include "structured/token_mask.h"
 #include "structured/utf8_ranges.h"
 
@@ -44,6 +45,7 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVoc
                                  std::string source)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)), source_(std::move(source)) {
   grammar_.validate();
+  resolve_tokens();
   flatten();
   compute_class_subtrees();
   // The start: the root rule entered as if referenced once.
@@ -56,6 +58,32 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVoc
 }
 
 CompiledGrammar::~CompiledGrammar() = default;
+
+// Token terminals get their ids from the vocabulary, and must name a real
+// token other than EOS (which the grammar's end allows by itself).
+void CompiledGrammar::resolve_tokens() {
+  for (Rule& r : grammar_.rules) {
+    for (auto& alt : r.alternatives) {
+      for (Element& e : alt) {
+        if (e.kind != Element::Kind::Token) continue;
+        has_token_terminals_ = true;
+        if (e.token < 0) {
+          const auto id = vocab_->find_token(e.literal);
+          if (!id) throw_input_error("grammar: token {} is not a token of the vocabulary", e.literal);
+          e.token = *id;
+        }
+        const std::string name = e.literal.empty() ? fmt::format("<[{}]>", e.token) : e.literal;
+        if (e.token >= vocab_->size() || (vocab_->bytes(e.token).empty() && !vocab_->is_special(e.token) &&
+                                          !vocab_->is_eos(e.token)))
+          throw_input_error("grammar: token {} is not a token of the vocabulary ({} ids)", name, vocab_->size());
+        if (vocab_->is_eos(e.token))
+          throw_input_error("grammar: token {} is end-of-sequence, which is allowed where the grammar is "
+                            "complete and cannot be part of it",
+                            name);
+      }
+    }
+  }
+}
 
 void CompiledGrammar::flatten() {
   rule_starts_.resize(grammar_.rules.size());
@@ -181,6 +209,7 @@ bool CompiledGrammar::advance(const MatcherState& in, uint8_t b, MatcherState& o
     begin = end;
     Frame& f = stack.back();
     const Position& p = positions_[f.pos];
+    if (p.kind == Element::Kind::Token) continue;  // matched by id only (advance_token)
     const Element& e = *elements_[p.element];
     if (p.kind == Element::Kind::Literal) {
       if (static_cast<uint8_t>(e.literal[f.sub]) != b) continue;
@@ -231,6 +260,34 @@ bool CompiledGrammar::advance(const MatcherState& in, uint8_t b, MatcherState& o
     emit(stack, out);
   }
   return !out.dead();
+}
+
+bool CompiledGrammar::advance_token(const MatcherState& in, int32_t id, MatcherState& out) const {
+  out.clear();
+  thread_local std::vector<Frame> stack;
+  uint32_t begin = 0;
+  for (uint32_t end : in.ends) {
+    const Frame& top = in.frames[end - 1];
+    const Position& p = positions_[top.pos];
+    if (p.kind == Element::Kind::Token && elements_[p.element]->token == id) {
+      stack.assign(in.frames.begin() + begin, in.frames.begin() + end);
+      stack.back().count = bump(p, top.count);
+      decide(stack, out);
+    }
+    begin = end;
+  }
+  return !out.dead();
+}
+
+void CompiledGrammar::merge(const MatcherState& from, MatcherState& into) const {
+  thread_local std::vector<Frame> stack;
+  uint32_t begin = 0;
+  for (uint32_t end : from.ends) {
+    stack.assign(from.frames.begin() + begin, from.frames.begin() + end);
+    emit(stack, into);
+    begin = end;
+  }
+  into.complete = into.complete || from.complete;
 }
 
 bool CompiledGrammar::advance_bytes(MatcherState& state, std::string_view bytes) const {

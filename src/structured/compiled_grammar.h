@@ -1,7 +1,8 @@
 // A grammar flattened into positions and run as a byte-level pushdown
 // automaton. A matcher state is a set of stacks; each stack's frames are
 // the rules being matched, innermost last, and its top frame stands on a
-// terminal (literal or character class) ready for the next byte. Advancing
+// terminal (literal or character class) ready for the next byte, or on a
+// token terminal ready for that token id (advance_token). Advancing
 // by a byte moves every stack whose terminal accepts it and expands the
 // result (repetitions, rule entries and returns) back to terminals;
 // nondeterminism (alternatives) is kept as several stacks, so no
@@ -71,6 +72,14 @@ class CompiledGrammar {
   // The state after byte b (out is cleared first). Returns !out.dead().
   bool advance(const MatcherState& in, uint8_t b, MatcherState& out) const;
   bool advance_bytes(MatcherState& state, std::string_view bytes) const;
+  // The state after token `id` read as a token terminal (out is cleared
+  // first): the stacks standing on <id> move on, the others end.
+  bool advance_token(const MatcherState& in, int32_t id, MatcherState& out) const;
+  // Adds the stacks of `from` to `into` (a union of two readings).
+  void merge(const MatcherState& from, MatcherState& into) const;
+  // Whether any element is a token terminal (accept_token reads tokens
+  // both ways only then).
+  bool has_token_terminals() const { return has_token_terminals_; }
 
   // Per repeating character class, per trie node: every token below the
   // node (its bytes after the node) is whole characters of the class.
@@ -78,6 +87,7 @@ class CompiledGrammar {
   MaskCache& mask_cache() const { return *mask_cache_; }
 
  private:
+  void resolve_tokens();
   void flatten();
   void compute_class_subtrees();
   void decide(std::vector<Frame>& stack, MatcherState& out) const;
@@ -93,6 +103,7 @@ class CompiledGrammar {
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> class_ranges_;  // per class_id
   std::vector<std::vector<bool>> in_class_;
   MatcherState initial_;
+  bool has_token_terminals_ = false;
   std::unique_ptr<MaskCache> mask_cache_;
 };
 

@@ -1,6 +1,7 @@
 #include "structured/gbnf_parser.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -132,6 +133,9 @@ class Parser {
       } else if (c == '[') {
         e.kind = Element::Kind::Class;
         e.ranges = parse_class();
+      } else if (c == '<') {
+        e.kind = Element::Kind::Token;
+        parse_token(e);
       } else if (c == '.') {
         ++pos_;
         e.kind = Element::Kind::Class;
@@ -261,6 +265,31 @@ class Parser {
     if (n == 0) fail(pos_, "invalid UTF-8");
     pos_ += n;
     return cp;
+  }
+
+  // <[ID]> or <TEXT> (pos_ at '<').
+  void parse_token(Element& e) {
+    const size_t at = pos_;
+    const size_t close = s_.find('>', pos_ + 1);
+    const size_t newline = s_.find('\n', pos_);
+    if (close == std::string_view::npos || (newline != std::string_view::npos && newline < close))
+      fail(at, "unclosed token '<' (write <[ID]> or <TEXT>)");
+    const std::string_view inner = s_.substr(pos_ + 1, close - pos_ - 1);
+    if (inner.size() >= 2 && inner.front() == '[' && inner.back() == ']') {
+      const std::string_view digits = inner.substr(1, inner.size() - 2);
+      int64_t id = 0;
+      for (char d : digits) {
+        if (d < '0' || d > '9') fail(at, "token <[ID]> needs a decimal id");
+        id = id * 10 + (d - '0');
+        if (id > std::numeric_limits<int32_t>::max()) fail(at, "token id out of range");
+      }
+      if (digits.empty()) fail(at, "token <[ID]> needs a decimal id");
+      e.token = static_cast<int32_t>(id);
+    } else {
+      if (inner.empty()) fail(at, "empty token <>");
+      e.literal = std::string(s_.substr(pos_, close - pos_ + 1));
+    }
+    pos_ = close + 1;
   }
 
   std::string parse_literal() {

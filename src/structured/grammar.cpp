@@ -82,6 +82,8 @@ void Grammar::validate() const {
           throw_input_error("grammar: rule '{}' refers to an undefined rule", r.name);
         if (e.kind == Element::Kind::Literal && e.literal.empty())
           throw_input_error("grammar: rule '{}' has an empty literal", r.name);
+        if (e.kind == Element::Kind::Token && e.token < 0 && e.literal.empty())
+          throw_input_error("grammar: rule '{}' has a token with neither an id nor a text", r.name);
         if (e.max != kUnbounded && e.max < e.min)
           throw_input_error("grammar: rule '{}' has a repetition {{{},{}}} with max < min", r.name,
                             e.min, e.max);
@@ -186,6 +188,8 @@ std::string Grammar::to_string() const {
             if (hi != lo) out += '-' + class_char(hi);
           }
           out += ']';
+        } else if (e.kind == Element::Kind::Token) {
+          out += e.literal.empty() ? fmt::format("<[{}]>", e.token) : e.literal;
         } else {
           out += rules[e.rule].name;
         }

@@ -1,7 +1,9 @@
 // A context-free grammar over bytes, in the form the matcher runs: rules of
 // alternatives of sequences of elements, each element a literal byte
-// string, a character class (Unicode code point ranges, matched as UTF-8)
-// or a reference to another rule, with a repetition count {min, max}.
+// string, a character class (Unicode code point ranges, matched as UTF-8),
+// a token of the vocabulary (matched as that token id, not as bytes: how
+// a grammar admits special tokens such as tool-call markers) or a
+// reference to another rule, with a repetition count {min, max}.
 // Groups and quantified sub-expressions of the text form (gbnf_parser.h)
 // become anonymous rules. Rule 0 is the root.
 #pragma once
@@ -17,9 +19,10 @@ constexpr int32_t kUnbounded = -1;  // Element::max with no upper bound
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 struct Element {
-  enum class Kind : uint8_t { Literal, Class, RuleRef };
+  enum class Kind : uint8_t { Literal, Class, RuleRef, Token };
   Kind kind = Kind::Literal;
-  std::string literal;                                // Literal: its bytes (non-empty)
+  std::string literal;                                // Literal: its bytes (non-empty); Token: its text
+  int32_t token = -1;                                 // Token: its id (-1: look `literal` up in the vocabulary)
   std::vector<std::pair<uint32_t, uint32_t>> ranges;  // Class: sorted disjoint [lo, hi]
   int32_t rule = -1;                                  // RuleRef
   int32_t min = 1, max = 1;                           // repetitions; max kUnbounded = no bound

@@ -63,6 +63,14 @@ TokenMask compute_token_mask(const CompiledGrammar& grammar, const MatcherState&
       if (id >= 0 && id < vocab.size()) allow(mask, id);
   }
   if (state.num_stacks() == 0) return mask;
+  // Token terminals: the stacks standing on one allow its id (whatever
+  // its bytes; a special token has none, so the trie walk never sees it).
+  if (grammar.has_token_terminals()) {
+    for (uint32_t end : state.ends) {
+      const auto& p = grammar.position(state.frames[end - 1].pos);
+      if (p.kind == Element::Kind::Token) allow(mask, grammar.element_at(state.frames[end - 1].pos).token);
+    }
+  }
   thread_local std::vector<MatcherState> levels;
   // Sized once: a deeper level never reallocates the shallower ones in use.
   const auto depth = static_cast<size_t>(vocab.nodes()[0].max_len) + 2;

@@ -9,7 +9,7 @@
 // ~150k tokens a string can continue with). Masks are cached per grammar by
 // state, so the states a generation keeps returning to (inside a string,
 // between fields) cost a lookup. EOS is allowed exactly when the state is
-// complete; special tokens never.
+// complete; a token terminal (<[id]>) allows its id, special or not.
 #pragma once
 
 #include <cstdint>

@@ -11,17 +11,51 @@ TokenVocab::TokenVocab(const Tokenizer& tokenizer, int32_t size, std::vector<int
   bytes_.resize(static_cast<size_t>(size));
   const int32_t known = std::min(size, tokenizer.vocab_size());
   for (int32_t id = 0; id < known; ++id) {
-    if (!tokenizer.is_special(id)) bytes_[id] = tokenizer.token_bytes(id);
+    if (tokenizer.is_special(id)) {
+      special_ids_.emplace(tokenizer.token_bytes(id), id);
+    } else {
+      bytes_[id] = tokenizer.token_bytes(id);
+    }
   }
   build_trie();
 }
 
-TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids)
-    : bytes_(std::move(token_bytes)), eos_ids_(std::move(eos_ids)) {
+TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids,
+                       std::unordered_map<std::string, int32_t> special_ids)
+    : bytes_(std::move(token_bytes)), eos_ids_(std::move(eos_ids)), special_ids_(std::move(special_ids)) {
+  for (const auto& [text, id] : special_ids_) {
+    if (id >= 0 && id < size()) bytes_[id].clear();
+  }
   build_trie();
 }
 
+bool TokenVocab::is_eos(int32_t id) const {
+  return std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+}
+
+std::optional<int32_t> TokenVocab::find_token(std::string_view text) const {
+  if (const auto it = special_ids_.find(std::string(text)); it != special_ids_.end()) return it->second;
+  // Down the trie, a byte at a time (a node's children are the preorder
+  // runs after it).
+  int32_t node = 0;
+  for (char ch : text) {
+    int32_t next = -1;
+    for (int32_t c = node + 1; c < nodes_[node].end; c = nodes_[c].end) {
+      if (nodes_[c].byte == static_cast<uint8_t>(ch)) {
+        next = c;
+        break;
+      }
+    }
+    if (next < 0) return std::nullopt;
+    node = next;
+  }
+  const Node& n = nodes_[node];
+  if (node == 0 || n.own_end == n.token_begin) return std::nullopt;
+  return sorted_ids_[n.token_begin];  // ties were sorted by id
+}
+
 void TokenVocab::build_trie() {
+  for (const auto& [text, id] : special_ids_) special_text_.emplace(id, text);
   for (int32_t id : eos_ids_) {
     if (id >= 0 && id < size()) bytes_[id].clear();
   }

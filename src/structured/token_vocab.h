@@ -2,13 +2,17 @@
 // a byte trie over them in preorder (tokens sorted by their bytes, so a
 // subtree's tokens are one contiguous run and shared prefixes are matched
 // once when a mask is computed). Special tokens and EOS are not in the
-// trie: the mask never allows a special token, and EOS only when the
-// grammar is complete.
+// trie: the mask allows a special token only where the grammar names it as
+// a token terminal (<[id]> / <TEXT>), and EOS only when the grammar is
+// complete.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace pagoda {
@@ -33,12 +37,20 @@ class TokenVocab {
   // `size`: the model's logits row length (it may exceed the tokenizer's
   // ids; the extra ids are never allowed).
   TokenVocab(const Tokenizer& tokenizer, int32_t size, std::vector<int32_t> eos_ids);
-  // Bytes per id ("" = never allowed); for tests.
-  TokenVocab(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids);
+  // Bytes per id ("" = never allowed as bytes) and the special tokens'
+  // texts (ids with no bytes that a grammar may name); for tests.
+  TokenVocab(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids,
+             std::unordered_map<std::string, int32_t> special_ids = {});
 
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  bool is_eos(int32_t id) const;
+  // The id of the token whose text is `text`: a special token's, else the
+  // lowest id whose bytes are exactly `text`; nullopt when none.
+  std::optional<int32_t> find_token(std::string_view text) const;
+  // Whether `id` is a special token (no bytes; matched only by id).
+  bool is_special(int32_t id) const { return special_text_.count(id) > 0; }
   const std::vector<Node>& nodes() const { return nodes_; }  // nodes()[0] is the root
   const std::vector<int32_t>& sorted_ids() const { return sorted_ids_; }
   // The node where sorted_ids()[k] ends.
@@ -49,6 +61,8 @@ class TokenVocab {
 
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_ids_;
+  std::unordered_map<std::string, int32_t> special_ids_;  // special token text -> id
+  std::unordered_map<int32_t, std::string> special_text_;
   std::vector<int32_t> sorted_ids_;
   std::vector<Node> nodes_;
   std::vector<int32_t> token_node_;

@@ -15,6 +15,7 @@ import { fileURLToPath } from "node:url";
 import Ajv2020 from "ajv/dist/2020.js";
 import OpenAI from "openai";
 import { waitForServer } from "./server_process.mjs";
+import { checkForcedToolCalls, messages, tools } from "./forced_tool_calls.mjs";
 
 const binary = process.env.PAGODA_BINARY;
 if (!binary) throw new Error("set PAGODA_BINARY");
@@ -184,54 +185,8 @@ test("regex and choice constraints: outputs match / are among the choices", asyn
   await Promise.all(runs);
 });
 
-const tools = [
-  { type: "function", function: { name: "get_weather", description: "Weather now",
-    parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 }, unit: { enum: ["c", "f"] } }, required: ["city"] } } },
-  { type: "function", function: { name: "add", description: "Sum",
-    parameters: { type: "object", properties: { a: { type: "integer", minimum: -100, maximum: 100 }, b: { type: "number", minimum: 0, maximum: 10 } }, required: ["a", "b"] } } },
-];
-const toolValidators = Object.fromEntries(tools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
-const messages = [{ role: "user", content: "Weather in Paris?" }];
-
-function checkCalls(calls, only) {
-  assert.ok(calls.length >= 1);
-  for (const call of calls) {
-    assert.equal(call.type, "function");
-    if (only) assert.equal(call.function.name, only);
-    const validate = toolValidators[call.function.name];
-    assert.ok(validate, call.function.name);
-    const args = JSON.parse(call.function.arguments);
-    assert.ok(validate(args), `${call.function.arguments} ${JSON.stringify(validate.errors)}`);
-  }
-}
-
 test("tool_choice required and a named function always give valid tool_calls (openai client, stream and not)", async () => {
-  for (const seed of seeds) {
-    for (const [tool_choice, only] of [["required", null], [{ type: "function", function: { name: "add" } }, "add"]]) {
-      const r = await client.chat.completions.create({ model: "qwen3", messages, tools, tool_choice, max_tokens: 400, temperature: 1, seed });
-      const c = r.choices[0];
-      assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c.message));
-      checkCalls(c.message.tool_calls, only);
-      if (only) assert.equal(c.message.tool_calls.length, 1);
-      const stream = await client.chat.completions.create({ model: "qwen3", messages, tools, tool_choice, max_tokens: 400, temperature: 1, seed, stream: true });
-      const calls = [];
-      let finish = null;
-      for await (const chunk of stream) {
-        const ch = chunk.choices[0];
-        if (!ch) continue;
-        for (const t of ch.delta.tool_calls ?? []) {
-          calls[t.index] ??= { type: "function", function: { name: "", arguments: "" } };
-          if (t.function?.name) calls[t.index].function.name = t.function.name;
-          calls[t.index].function.arguments += t.function?.arguments ?? "";
-        }
-        if (ch.finish_reason) finish = ch.finish_reason;
-      }
-      assert.equal(finish, "tool_calls");
-      checkCalls(calls, only);
-      assert.deepEqual(calls.map((x) => [x.function.name, JSON.parse(x.function.arguments)]),
-        c.message.tool_calls.map((x) => [x.function.name, JSON.parse(x.function.arguments)]), "same seed, same calls");
-    }
-  }
+  await checkForcedToolCalls(client, "qwen3", seeds);
 });
 
 test("bad constraints are a 400 naming the problem", async () => {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "structured/compiled_grammar.h"
@@ -90,7 +91,7 @@ TEST(Gbnf, ErrorsNameTheProblem) {
 
 TEST(Matcher, EosOnlyWhenCompleteAndRollback) {
   const auto g = compile("root ::= \"ab\" \"c\"?");
-  GrammarMatcher m(g);
+  GrammarMatcher m(g, /*max_rollback=*/4);
   EXPECT_FALSE(m.accept_token(256));  // EOS before "ab"
   EXPECT_TRUE(m.accept_token('a'));
   EXPECT_FALSE(m.accept_token('c'));
@@ -112,6 +113,114 @@ TEST(Matcher, EosOnlyWhenCompleteAndRollback) {
   EXPECT_FALSE(m.is_terminated());
   EXPECT_EQ(m.num_steps(), 2);
   EXPECT_TRUE(m.accept_token('c'));
+}
+
+// A matcher keeps the states of its last max_rollback steps and no more
+// (none by default, as the engine builds them: constrained requests do not
+// speculate), so memory does not grow with the output.
+TEST(Matcher, KeepsOnlyTheStatesRollbackNeeds) {
+  const auto g = compile("root ::= [a-z]+ \";\"");
+  GrammarMatcher plain(g);
+  for (char c : std::string("abcdef")) ASSERT_TRUE(plain.accept_token(c));
+  EXPECT_EQ(plain.num_steps(), 6);
+  EXPECT_EQ(plain.num_rollback(), 0);
+  EXPECT_THROW(plain.rollback(1), InternalError);
+  plain.rollback(0);
+
+  GrammarMatcher m(g, /*max_rollback=*/2);
+  for (char c : std::string("abcdef")) ASSERT_TRUE(m.accept_token(c));
+  EXPECT_EQ(m.num_rollback(), 2);
+  EXPECT_THROW(m.rollback(3), InternalError);
+  ASSERT_TRUE(m.accept_token(';'));
+  EXPECT_TRUE(m.is_complete());
+  m.rollback(2);  // ';' and 'f': back inside the word
+  EXPECT_EQ(m.num_steps(), 5);
+  EXPECT_EQ(m.num_rollback(), 0);
+  EXPECT_FALSE(m.is_complete());
+  EXPECT_FALSE(m.accept_token(256));
+  ASSERT_TRUE(m.accept_token(';'));
+  EXPECT_TRUE(m.is_complete());
+  EXPECT_EQ(m.num_rollback(), 1);
+}
+
+// Token terminals: 0-255 the bytes, 256 EOS, 257 a special token
+// "<|call|>" (no bytes), 258 a multi-byte token "<t>".
+std::shared_ptr<const TokenVocab> vocab_with_tokens() {
+  std::vector<std::string> bytes(259);
+  for (int b = 0; b < 256; ++b) bytes[b] = std::string(1, static_cast<char>(b));
+  bytes[258] = "<t>";
+  return std::make_shared<const TokenVocab>(std::move(bytes), std::vector<int32_t>{256},
+                                            std::unordered_map<std::string, int32_t>{{"<|call|>", 257}});
+}
+
+std::vector<int32_t> allowed(const GrammarMatcher& m) {
+  std::vector<int32_t> ids;
+  const auto mask = m.mask();
+  for (int32_t id = 0; id < 259; ++id)
+    if (mask_allows(*mask, id)) ids.push_back(id);
+  return ids;
+}
+
+TEST(Matcher, TokenTerminalsMatchOneIdNeverItsSpelling) {
+  const auto vocab = vocab_with_tokens();
+  const std::string text = "root ::= <|call|> \"x\" <[258]>{1,2} \"y\"";
+  const auto g = std::make_shared<const CompiledGrammar>(parse_gbnf(text), vocab, text);
+  EXPECT_EQ(g->grammar().to_string(), "root ::= <|call|> \"x\" <[258]>{1,2} \"y\"\n");
+  GrammarMatcher m(g);
+  EXPECT_EQ(allowed(m), std::vector<int32_t>{257});
+  EXPECT_FALSE(m.accept_bytes("<|call|>"));  // the text is not the token
+  ASSERT_TRUE(m.accept_token(257));
+  ASSERT_TRUE(m.accept_token('x'));
+  EXPECT_EQ(allowed(m), std::vector<int32_t>{258});  // not '<', which would start "<t>" by bytes
+  EXPECT_FALSE(m.accept_token('<'));
+  ASSERT_TRUE(m.accept_token(258));
+  EXPECT_EQ(allowed(m), (std::vector<int32_t>{'y', 258}));
+  ASSERT_TRUE(m.accept_token(258));
+  EXPECT_EQ(allowed(m), std::vector<int32_t>{'y'});
+  ASSERT_TRUE(m.accept_token('y'));
+  EXPECT_TRUE(m.is_complete());
+  EXPECT_TRUE(m.accept_token(256));
+}
+
+// A token with bytes is read both ways: as a token terminal and as bytes
+// continuing a literal; each reading keeps its own stacks.
+TEST(Matcher, TokenAndItsBytesAreBothReadings) {
+  const auto vocab = vocab_with_tokens();
+  const std::string text = "root ::= <[258]> \"!\" | \"<t>z\"";
+  const auto g = std::make_shared<const CompiledGrammar>(parse_gbnf(text), vocab, text);
+  GrammarMatcher m(g, 1);
+  EXPECT_EQ(allowed(m), (std::vector<int32_t>{'<', 258}));
+  ASSERT_TRUE(m.accept_token(258));
+  EXPECT_EQ(allowed(m), (std::vector<int32_t>{'!', 'z'}));
+  ASSERT_TRUE(m.accept_token('z'));
+  EXPECT_TRUE(m.is_complete());
+  m.rollback(1);
+  ASSERT_TRUE(m.accept_token('!'));
+  EXPECT_TRUE(m.is_complete());
+  GrammarMatcher spelled(g);
+  ASSERT_TRUE(spelled.accept_bytes("<t>"));
+  EXPECT_EQ(allowed(spelled), std::vector<int32_t>{'z'});
+}
+
+TEST(Matcher, TokenTerminalErrorsNameTheToken) {
+  const auto vocab = vocab_with_tokens();
+  auto compile_error = [&](const std::string& text) -> std::string {
+    try {
+      CompiledGrammar(parse_gbnf(text), vocab, text);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(compile_error("root ::= <nope>").find("token <nope> is not a token of the vocabulary"),
+            std::string::npos);
+  EXPECT_NE(compile_error("root ::= <[259]>").find("<[259]> is not a token of the vocabulary (259 ids)"),
+            std::string::npos);
+  EXPECT_NE(compile_error("root ::= \"a\" <[256]>").find("<[256]> is end-of-sequence"), std::string::npos);
+  EXPECT_NE(error_of("root ::= <[12a]>").find("needs a decimal id"), std::string::npos);
+  EXPECT_NE(error_of("root ::= <abc\n").find("line 1 column 10: unclosed token"), std::string::npos);
+  EXPECT_NE(error_of("root ::= <>").find("empty token"), std::string::npos);
+  EXPECT_NE(error_of("root ::= <[99999999999]>").find("out of range"), std::string::npos);
 }
 
 std::shared_ptr<const CompiledGrammar> compile_spec(OutputSpec::Kind kind, const std::string& value) {

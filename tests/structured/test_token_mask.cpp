@@ -1,6 +1,6 @@
 // Token masks over the real Qwen3 vocabulary (151,936 logits) against a
 // brute-force reference: every token's bytes run through the matcher one
-// by one. The fast mask (trie walk, whole-subtree shortcut, cache) must
+// by one (and every id through the token terminals). The fast mask (trie walk, whole-subtree shortcut, cache) must
 // equal it in every state of random constrained walks, and every token a
 // walk takes keeps the text a valid prefix when re-matched from scratch.
 #include <gtest/gtest.h>
@@ -33,11 +33,10 @@ TokenMask brute_force_mask(const CompiledGrammar& g, const MatcherState& state) 
     bool ok;
     if (std::find(kQwen3Eos.begin(), kQwen3Eos.end(), id) != kQwen3Eos.end()) {
       ok = state.complete;
-    } else if (vocab.bytes(id).empty()) {
-      ok = false;
     } else {
-      MatcherState s = state;
-      ok = g.advance_bytes(s, vocab.bytes(id));
+      MatcherState s = state, by_token;
+      ok = (!vocab.bytes(id).empty() && g.advance_bytes(s, vocab.bytes(id))) ||
+           g.advance_token(state, id, by_token);
     }
     if (ok) mask[id >> 6] |= uint64_t{1} << (id & 63);
   }
@@ -84,12 +83,19 @@ TEST_P(RandomWalk, FastMaskEqualsBruteForceAndPrefixesStayValid) {
     std::mt19937_64 rng(seed);
     GrammarMatcher m(g);
     std::string text;
+    std::vector<int32_t> ids;
     for (int step = 0; step < 120 && !m.is_terminated(); ++step) {
       const auto mask = m.mask();
-      MatcherState state = g->initial_state();
-      ASSERT_TRUE(g->advance_bytes(state, text));
+      // The state re-matched from scratch: the text's bytes, or with
+      // token terminals (special tokens have no bytes) the ids one by one.
+      GrammarMatcher fresh(g);
+      if (g->has_token_terminals()) {
+        for (int32_t id : ids) ASSERT_TRUE(fresh.accept_token(id)) << id;
+      } else {
+        ASSERT_TRUE(fresh.accept_bytes(text)) << text;
+      }
       if (step % 6 == 0) {
-        const TokenMask brute = brute_force_mask(*g, state);
+        const TokenMask brute = brute_force_mask(*g, fresh.state());
         ASSERT_EQ(*mask, brute) << "seed " << seed << " after " << text;
       }
       std::vector<int32_t> allowed;
@@ -107,9 +113,10 @@ TEST_P(RandomWalk, FastMaskEqualsBruteForceAndPrefixesStayValid) {
       if (m.is_complete() && rng() % 4 == 0) id = kQwen3Eos[0];
       ASSERT_TRUE(m.accept_token(id)) << id;
       text += qwen3_vocab()->bytes(id);
-      GrammarMatcher fresh(g);
-      ASSERT_TRUE(fresh.accept_bytes(text)) << text;
+      ids.push_back(id);
     }
+    GrammarMatcher replay(g);
+    for (int32_t id : ids) ASSERT_TRUE(replay.accept_token(id)) << id;
   }
 }
 
@@ -129,7 +136,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"regex_phone", OutputSpec::Kind::Regex, R"((\+\d{1,3} )?\(\d{3}\) \d{3}-\d{4})"},
         Case{"regex_cjk_or_words", OutputSpec::Kind::Regex, R"([\u4e00-\u9fff]{1,6}|[a-z ]{2,20}\.)"},
         Case{"choice", OutputSpec::Kind::Choice, R"(["positive","negative","neutral","mixed feelings"])"},
-        Case{"grammar_arithmetic", OutputSpec::Kind::Grammar, "root ::= expr\nexpr ::= term ([+*-] term)*\nterm ::= [0-9]+ | \"(\" expr \")\"\n"}),
+        Case{"grammar_arithmetic", OutputSpec::Kind::Grammar, "root ::= expr\nexpr ::= term ([+*-] term)*\nterm ::= [0-9]+ | \"(\" expr \")\"\n"},
+        // Token terminals: a special token (<|im_start|>, no bytes) by text
+        // and by id, and a non-special added token (<tool_call>) both as a
+        // token terminal and as a literal of the same bytes.
+        Case{"grammar_tokens", OutputSpec::Kind::Grammar,
+             "root ::= <|im_start|> ([a-z ]{1,6} (<tool_call> | \"<tool_call>\" | <[151644]>))+\n"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
