@@ -69,7 +69,7 @@ struct Run {
   // kernel thread spins for a while, so gaps between ops count too).
   double prefill_cpu_s = 0, decode_cpu_s = 0;
   double decode_model_s = 0;  // of decode_s, in the model's forward passes
-  double decode_proposer_s = 0;  // of decode_model_s, in a draft model's passes
+  double decode_proposer_s = 0;  // of decode_model_s, in the proposer's passes (draft model or MTP layer)
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;      // emitted in the decode steps (several a step when speculating)
   int64_t kv_bytes_held = 0;      // --context-len: the requests' pages once the contexts are in

@@ -689,8 +689,16 @@ std::vector<RequestOutput> LLMEngine::step() {
       decoding.push_back(&r);
     }
   }
+  // Finished requests leave the table before the proposer runs (a forward
+  // pass that can throw) and stay alive until the step returns: the
+  // schedule still points at them.
+  std::vector<std::unique_ptr<Request>> finished;
+  for (Request* r : done) {
+    auto it = requests_.find(r->request_id);
+    finished.push_back(std::move(it->second));
+    requests_.erase(it);
+  }
   if (proposer_) propose_drafts(sched, decoding);
-  for (Request* r : done) requests_.erase(r->request_id);
   return outputs;
 }
 

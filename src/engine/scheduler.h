@@ -32,7 +32,7 @@ struct SchedulerConfig {
   // share this cap on top of the token budget.
   int32_t max_num_scored_prompt_tokens = 512;
   // The speculative proposer keeps K/V of its own in the requests' blocks
-  // (a draft model): a block is offered to the prefix cache only once the
+  // (a draft model, an MTP layer): a block is offered to the prefix cache only once the
   // proposer computed it too (Request::num_proposer_computed_tokens).
   bool proposer_keeps_kv = false;
 };

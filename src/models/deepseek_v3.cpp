@@ -149,25 +149,15 @@ class DeepseekV3Model final : public CausalLM {
   // A decode step of one token reads every dense matrix once, the shared
   // experts and num_experts_per_tok routed experts of each MoE layer.
   int64_t weight_bytes_per_step() const override {
-    auto mlp_bytes = [](const Mlp& m) {
-      return matrix_bytes(m.gate) + matrix_bytes(m.up) + matrix_bytes(m.down);
-    };
     int64_t total = matrix_bytes(vocab_.head());
-    for (const Layer& w : layers_) {
-      for (const ops::Matrix* m : {&w.q_a, &w.q_b, &w.q_proj, &w.kv_a, &w.o_proj}) {
-        if (m->data) total += matrix_bytes(*m);
-      }
-      for (const auto& m : w.uk_t) total += matrix_bytes(m);
-      for (const auto& m : w.uv) total += matrix_bytes(m);
-      if (w.mlp.inter > 0) total += mlp_bytes(w.mlp);
-      if (w.moe) {
-        total += matrix_bytes(w.router);
-        const ops::MoeExpert& e = w.experts.front();
-        total += ds_.num_experts_per_tok *
-                 (matrix_bytes(e.gate) + matrix_bytes(e.up) + matrix_bytes(e.down));
-      }
-    }
+    for (const Layer& w : layers_) total += layer_bytes_per_token(w);
     return total;
+  }
+  // One MTP pass of one token: eh_proj, its block and the shared head.
+  int64_t mtp_weight_bytes_per_step() const override {
+    if (!mtp_) return 0;
+    return matrix_bytes(mtp_->eh_proj) + layer_bytes_per_token(mtp_->block) +
+           matrix_bytes(vocab_.head());
   }
 
   // V3.2: attention reads the latents of the index_topk positions the
@@ -220,6 +210,26 @@ class DeepseekV3Model final : public CausalLM {
   void load_attention(const std::string& p, Layer& w);
   Mlp load_mlp(const std::string& p, int64_t inter, int64_t inter_begin, int64_t rank_inter);
   int64_t check_mtp_layer();
+  // Weight bytes one token reads in layer w (dense matrices, router, the
+  // shared experts and num_experts_per_tok routed ones).
+  int64_t layer_bytes_per_token(const Layer& w) const {
+    auto mlp_bytes = [](const Mlp& m) {
+      return matrix_bytes(m.gate) + matrix_bytes(m.up) + matrix_bytes(m.down);
+    };
+    int64_t total = 0;
+    for (const ops::Matrix* m : {&w.q_a, &w.q_b, &w.q_proj, &w.kv_a, &w.o_proj}) {
+      if (m->data) total += matrix_bytes(*m);
+    }
+    for (const auto& m : w.uk_t) total += matrix_bytes(m);
+    for (const auto& m : w.uv) total += matrix_bytes(m);
+    if (w.mlp.inter > 0) total += mlp_bytes(w.mlp);
+    if (w.moe) {
+      total += matrix_bytes(w.router);
+      const ops::MoeExpert& e = w.experts.front();
+      total += ds_.num_experts_per_tok * (matrix_bytes(e.gate) + matrix_bytes(e.up) + matrix_bytes(e.down));
+    }
+    return total;
+  }
   void reserve(int64_t tokens);
   // Layer `layer`'s attention; its caches are kv.layers[layer]: the latent
   // entries, then (V3.2) the indexer keys.

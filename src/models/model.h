@@ -91,6 +91,8 @@ class CausalLM {
   // linear layer and the LM head once; embedding rows are negligible), as
   // held in memory (after any load-time conversion). For benchmarks.
   virtual int64_t weight_bytes_per_step() const { return 0; }
+  // The same for one token through the MTP layer and head (0 without MTP).
+  virtual int64_t mtp_weight_bytes_per_step() const { return 0; }
   // Bytes of KV cache one decode token reads when `context` positions are
   // cached, for benchmarks' rooflines. By default every entry a
   // cache still holds for that query: all positions (sliding window: the

@@ -95,6 +95,9 @@ void DraftModelProposer::propose(const ProposeStep& step) {
     Request& r = *p.request;
     r.spec_token_ids.clear();
     const int64_t n = r.num_tokens();
+    // Pages of an earlier chain past the tokens (a step that verified none
+    // of them, then a request that drafts no more, would keep them).
+    kv_->free_tail(r.kv, n);
     int32_t k = p.num_drafts;
     // Pages up to the last draft fed (draft k is only predicted); when the
     // pool is short, one draft (pages up to the last token), else none.
@@ -149,10 +152,10 @@ void DraftModelProposer::propose(const ProposeStep& step) {
     runner_->execute(seqs_);
     take_drafts(j);
   }
-  // A request that stopped early holds pages for drafts it never fed.
+  // A request that stopped early holds pages for drafts it never fed; the
+  // positions it fed (num_proposer_computed_tokens) keep theirs.
   for (const Drafting& d : drafting_) {
-    const auto fed = std::max<int64_t>(0, static_cast<int64_t>(d.request->spec_token_ids.size()) - 1);
-    kv_->free_tail(d.request->kv, d.first_position + fed);
+    kv_->free_tail(d.request->kv, d.request->num_proposer_computed_tokens);
   }
 }
 
