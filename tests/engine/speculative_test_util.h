@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +85,65 @@ inline void expect_same(const std::vector<RequestOutput>& spec, const std::vecto
   }
 }
 
+
+// One randomized trial: 10 prompts from `pool` with random limits (a third
+// sampled), half added at once and the rest between steps at random; the
+// engine's invariants hold after every step and every block returns.
+inline void run_random_arrivals(LLMEngine& engine, const std::vector<std::string>& pool,
+                                std::mt19937& rng, int trial) {
+  std::vector<std::string> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 10; ++i) {
+    prompts.push_back(pool[rng() % pool.size()]);
+    SamplingParams p = test::greedy(1 + static_cast<int>(rng() % 80), rng() % 2 == 0);
+    if (rng() % 3 == 0) {
+      p.temperature = 0.7f;
+      p.seed = rng();
+    }
+    params.push_back(p);
+  }
+  for (size_t i = 0; i < 5; ++i)
+    engine.add_request(std::to_string(i), engine.tokenizer().encode(prompts[i], true), params[i]);
+  size_t next = 5;
+  int64_t steps = 0;
+  while (engine.has_unfinished() || next < prompts.size()) {
+    if (next < prompts.size() && rng() % 3 == 0) {
+      engine.add_request(std::to_string(next), engine.tokenizer().encode(prompts[next], true),
+                         params[next]);
+      ++next;
+    }
+    engine.step();
+    engine.check_invariants();
+    ASSERT_LT(++steps, 5000);
+  }
+  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "trial " << trial;
+}
+
+// How often each token is the `at`-th output token of `n` seeded sampled
+// requests (seeds seed0, seed0 + 1, ...) for `prompt` at `temperature`,
+// with top-k 12, top-p 0.95 and repetition penalty 1.1 (what the proposers'
+// distribution tests compare); the engine's speculative stats into `stats`.
+inline std::map<int32_t, int64_t> sampled_token_counts(const EngineOptions& o,
+                                                       const std::string& prompt, int n, int at,
+                                                       float temperature, uint64_t seed0,
+                                                       SpecDecodeStats* stats) {
+  LLMEngine engine(kModel, o);
+  std::vector<std::string> prompts(static_cast<size_t>(n), prompt);
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < n; ++i) {
+    SamplingParams p = test::greedy(at + 1);
+    p.temperature = temperature;
+    p.top_k = 12;
+    p.top_p = 0.95f;
+    p.repetition_penalty = 1.1f;
+    p.seed = seed0 + static_cast<uint64_t>(i);
+    params.push_back(p);
+  }
+  std::map<int32_t, int64_t> counts;
+  for (const RequestOutput& r : run(engine, prompts, params)) counts[r.token_ids[static_cast<size_t>(at)]]++;
+  if (stats) *stats = engine.stats().spec_decode;
+  return counts;
+}
 
 // Two-sample chi-square statistic of two count tables over the same
 // categories (those with fewer than 10 samples in all merged), and its

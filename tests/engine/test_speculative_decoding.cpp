@@ -186,33 +186,7 @@ TEST(SpeculativeDecoding, RandomizedInvariants) {
     o.speculative_config = ngram(1 + static_cast<int>(rng() % 6), 1, 1 + static_cast<int>(rng() % 3),
                                  rng() % 2 == 0);
     LLMEngine engine(kModel, o);
-    std::vector<std::string> prompts;
-    std::vector<SamplingParams> params;
-    for (int i = 0; i < 10; ++i) {
-      prompts.push_back(pool[rng() % pool.size()]);
-      SamplingParams p = test::greedy(1 + static_cast<int>(rng() % 80), rng() % 2 == 0);
-      if (rng() % 3 == 0) {
-        p.temperature = 0.7f;
-        p.seed = rng();
-      }
-      params.push_back(p);
-    }
-    // Half arrive later, between steps.
-    for (size_t i = 0; i < 5; ++i)
-      engine.add_request(std::to_string(i), engine.tokenizer().encode(prompts[i], true), params[i]);
-    size_t next = 5;
-    int64_t steps = 0;
-    while (engine.has_unfinished() || next < prompts.size()) {
-      if (next < prompts.size() && rng() % 3 == 0) {
-        engine.add_request(std::to_string(next), engine.tokenizer().encode(prompts[next], true),
-                           params[next]);
-        ++next;
-      }
-      engine.step();
-      engine.check_invariants();
-      ASSERT_LT(++steps, 5000);
-    }
-    EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "trial " << trial;
+    run_random_arrivals(engine, pool, rng, trial);
   }
 }
 
@@ -226,22 +200,7 @@ TEST(SpeculativeDecoding, SampledTokensFollowThePlainDistribution) {
   constexpr int kAt = 23;
   auto third_tokens = [&](const EngineOptions& o, float temperature, uint64_t seed0,
                           SpecDecodeStats* stats) {
-    LLMEngine engine(kModel, o);
-    std::vector<std::string> prompts(kN, prompt);
-    std::vector<SamplingParams> params;
-    for (int i = 0; i < kN; ++i) {
-      SamplingParams p = test::greedy(kAt + 1);
-      p.temperature = temperature;
-      p.top_k = 12;
-      p.top_p = 0.95f;
-      p.repetition_penalty = 1.1f;
-      p.seed = seed0 + static_cast<uint64_t>(i);
-      params.push_back(p);
-    }
-    std::map<int32_t, int64_t> counts;
-    for (const RequestOutput& r : run(engine, prompts, params)) counts[r.token_ids[kAt]]++;
-    if (stats) *stats = engine.stats().spec_decode;
-    return counts;
+    return sampled_token_counts(o, prompt, kN, kAt, temperature, seed0, stats);
   };
   EngineOptions spec_options;
   spec_options.speculative_config = ngram(4, 1, 3);
