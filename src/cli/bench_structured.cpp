@@ -140,7 +140,9 @@ double decode_step_ms(LLMEngine& engine, const StructuredArgs& a,
     if (i < constrained_rows) params.grammar = grammar;
     std::vector<int32_t> prompt(static_cast<size_t>(a.input_len));
     for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % static_cast<uint64_t>(vocab - 3));
-    engine.add_request("st-" + std::to_string(tag) + "-" + std::to_string(i), std::move(prompt), params);
+    engine.add_request("st-" + std::to_string(tag) + "-" + std::to_string(constrained_rows) + "-" +
+                           std::to_string(i),
+                       std::move(prompt), params);
   }
   std::vector<double> steps;
   while (engine.has_unfinished()) {
@@ -169,9 +171,11 @@ nlohmann::json mixed_batch(LLMEngine& engine, const StructuredArgs& a,
   for (int p = 0; p < a.mixed_pairs; ++p) {
     // In ABBA order, so a drift of the machine's speed within a pair
     // favours neither side.
-    if (p % 2 == 0) plain.push_back(decode_step_ms(engine, a, nullptr, 0, 100 + 2 * p));
-    mixed.push_back(decode_step_ms(engine, a, grammar, 1, 101 + 2 * p));
-    if (p % 2 == 1) plain.push_back(decode_step_ms(engine, a, nullptr, 0, 100 + 2 * p));
+    // Both runs of a pair decode the same prompts (the tag seeds them), so
+    // they differ only by the constraint on row 0.
+    if (p % 2 == 0) plain.push_back(decode_step_ms(engine, a, nullptr, 0, 100 + p));
+    mixed.push_back(decode_step_ms(engine, a, grammar, 1, 100 + p));
+    if (p % 2 == 1) plain.push_back(decode_step_ms(engine, a, nullptr, 0, 100 + p));
     std::printf("mixed-batch pair %d: all %d rows free %.2f ms/step | 1 row constrained (%s) %.2f ms/step\n",
                 p + 1, a.batch, plain.back(), mask.name.c_str(), mixed.back());
   }
