@@ -67,6 +67,25 @@ expect_error "rule 'item' is used but never defined" --grammar "$tmp/bad.gbnf"
 expect_error 'at most one of' --regex a --choice b
 expect_error "cannot read" --json-schema "$tmp/missing.json"
 
+# `pagoda bench structured` (the mask-cost benchmark and its mixed-batch
+# pairs) runs end to end and reports what it promises: every constraint's
+# walks with finite costs, one pair per --mixed-pairs with positive step
+# times, and the verdict's figures. (Speed itself is not judged here.)
+"$pagoda" bench structured --model "$dir" --max-model-len 512 --kv-cache-memory 50000000 \
+  --walks 1 --max-steps 20 --output-len 6 --batch 4 --mixed-pairs 2 --json >"$tmp/bench.json" \
+  2>"$tmp/bench.err" || fail "bench structured: $(tail -3 "$tmp/bench.err")"
+$py - "$tmp/bench.json" <<'PY' || fail "bench structured --json"
+import json, math, sys
+text = open(sys.argv[1]).read()
+out = json.loads(text[text.index("\n{\n") + 1:])  # the object after the text tables
+m = out["mixed_batch"]
+assert m["pairs"] == 2 and len(m["free_ms_per_step"]) == 2 and len(m["one_constrained_ms_per_step"]) == 2, m
+assert all(x > 0 for x in m["free_ms_per_step"] + m["one_constrained_ms_per_step"]), m
+diffs = sorted(b - a for a, b in zip(m["free_ms_per_step"], m["one_constrained_ms_per_step"]))
+assert abs(m["slowdown_ms"] - (diffs[0] + diffs[1]) / 2) < 1e-9, m  # the median of the pairs' differences
+assert math.isfinite(m["mask_ms_mean"]) and m["mask_ms_mean"] > 0, m
+PY
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"
   exit 1
