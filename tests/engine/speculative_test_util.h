@@ -176,4 +176,25 @@ inline std::pair<double, double> two_sample_chi_square(const std::map<int32_t, i
   return {chi, df * std::pow(1 - h + 3.0902 * std::sqrt(h), 3)};
 }
 
+// The statistical test of a proposer's sampled output: the 24th output
+// token of n seeded sampled requests (stories repeat names and phrases, so
+// steps before it verify drafts) with `spec` and without speculation is one
+// distribution (two-sample chi-square at 0.001), while the speculative
+// samples reject a colder sampling's (so the test can tell); more than 100
+// drafts accepted and some rejected.
+inline void expect_sampled_tokens_follow_the_plain_distribution(const EngineOptions& spec, int n) {
+  const std::string prompt = "Lily liked to play. Lily liked to play. Lily liked to";
+  constexpr int kAt = 23;
+  SpecDecodeStats stats;
+  const auto sampled = sampled_token_counts(spec, prompt, n, kAt, 1.0f, 0, &stats);
+  const auto plain = sampled_token_counts(EngineOptions{}, prompt, n, kAt, 1.0f, 1u << 20, nullptr);
+  EXPECT_GT(stats.num_accepted_tokens, 100) << stats.num_drafts << " drafts of " << stats.num_draft_tokens;
+  EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens);
+  const auto [chi, critical] = two_sample_chi_square(sampled, plain);
+  EXPECT_LT(chi, critical) << "speculative and plain samples differ";
+  const auto colder = sampled_token_counts(EngineOptions{}, prompt, n, kAt, 0.5f, 1u << 21, nullptr);
+  const auto [chi_cold, critical_cold] = two_sample_chi_square(sampled, colder);
+  EXPECT_GT(chi_cold, critical_cold) << "the test cannot tell temperature 1 from 0.5";
+}
+
 }  // namespace pagoda::test::spec

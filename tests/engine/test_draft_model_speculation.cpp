@@ -235,25 +235,9 @@ TEST(DraftModelSpeculation, RandomizedInvariants) {
 // distribution (two-sample chi-square at 0.001), and one a colder sampling
 // is not.
 TEST(DraftModelSpeculation, SampledTokensFollowThePlainDistribution) {
-  const std::string prompt = "Lily liked to play. Lily liked to play. Lily liked to";
-  constexpr int kN = 1000;
-  constexpr int kAt = 23;
-  auto tokens_at = [&](const EngineOptions& o, float temperature, uint64_t seed0,
-                          SpecDecodeStats* stats) {
-    return sampled_token_counts(o, prompt, kN, kAt, temperature, seed0, stats);
-  };
-  EngineOptions spec_options;
-  spec_options.speculative_config = draft(draft_checkpoint(4), 3);
-  SpecDecodeStats stats;
-  const auto spec = tokens_at(spec_options, 1.0f, 0, &stats);
-  const auto plain = tokens_at(EngineOptions{}, 1.0f, 1u << 20, nullptr);
-  EXPECT_GT(stats.num_accepted_tokens, 100);
-  EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens);
-  const auto [chi, critical] = two_sample_chi_square(spec, plain);
-  EXPECT_LT(chi, critical) << "speculative and plain samples differ";
-  const auto colder = tokens_at(EngineOptions{}, 0.5f, 1u << 21, nullptr);
-  const auto [chi_cold, critical_cold] = two_sample_chi_square(spec, colder);
-  EXPECT_GT(chi_cold, critical_cold) << "the test cannot tell temperature 1 from 0.5";
+  EngineOptions spec;
+  spec.speculative_config = draft(draft_checkpoint(4), 3);
+  expect_sampled_tokens_follow_the_plain_distribution(spec, 1000);
 }
 
 TEST(DraftModelSpeculation, ParsesVllmKeys) {
