@@ -196,6 +196,24 @@ std::vector<RowTile>& row_tiles(const AttentionBatch& batch, int tile_rows, bool
   return tiles;
 }
 
+// The fields of a tile that follow from its rows' sequence (the same for
+// every head the tile covers); the caller adds q, out, heads and K/V.
+cpu::AttentionTile sequence_tile(const AttentionBatch& batch, const RowTile& tile,
+                                 const KVLayout& layout, int64_t q_row_stride, float scale) {
+  const int32_t* qsl = batch.query_start_loc;
+  const int64_t num_new = qsl[tile.seq + 1] - qsl[tile.seq];
+  cpu::AttentionTile a;
+  a.q_row_stride = q_row_stride;
+  a.rows = tile.rows;
+  a.block_table = batch.block_table(tile.seq);
+  a.block_size = layout.block_size;
+  a.head_dim = layout.head_dim;
+  a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);
+  a.sliding_window = batch.sliding_window;
+  a.scale = scale;
+  return a;
+}
+
 // Work items of the flash path: row tiles of every sequence x kv heads (one
 // tile = rows x the kv head's whole GQA group).
 void flash_attention_tiles(const float* q, const void* k_cache, const void* v_cache,
@@ -205,7 +223,6 @@ void flash_attention_tiles(const float* q, const void* k_cache, const void* v_ca
   const int group = num_q_heads / kv_heads;
   const int tile_rows = cpu::kFlashQueries / group;
   const std::vector<RowTile>& tiles = row_tiles(batch, tile_rows, /*window_plus_rows=*/true);
-  const int32_t* qsl = batch.query_start_loc;
   const int64_t q_row_stride = int64_t{num_q_heads} * hd;
   const auto* k_bytes = static_cast<const uint16_t*>(k_cache);
   const auto* v_bytes = static_cast<const uint16_t*>(v_cache);
@@ -219,22 +236,13 @@ void flash_attention_tiles(const float* q, const void* k_cache, const void* v_ca
     for (int64_t item = i0; item < i1; ++item) {
       const RowTile& tile = tiles[item % num_tiles];
       const int kvh = static_cast<int>(item / num_tiles);
-      const int64_t num_new = qsl[tile.seq + 1] - qsl[tile.seq];
-      cpu::AttentionTile a;
+      cpu::AttentionTile a = sequence_tile(batch, tile, layout, q_row_stride, scale);
       a.q = q + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
       a.out = out + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
-      a.q_row_stride = q_row_stride;
-      a.rows = tile.rows;
       a.heads = group;
       a.k_head = k_bytes + int64_t{kvh} * bs * hd;
       a.v_head = v_bytes + int64_t{kvh} * bs * hd;
       a.block_stride = int64_t{kv_heads} * bs * hd;
-      a.block_table = batch.block_table(tile.seq);
-      a.block_size = bs;
-      a.head_dim = hd;
-      a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);
-      a.sliding_window = batch.sliding_window;
-      a.scale = scale;
       kernel(a, scratch.data());
     }
   });
@@ -278,7 +286,6 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   const int head_blocks = (group + tile_heads - 1) / tile_heads;
   const int tile_rows = std::max(1, cpu::kMaxTileQueries / tile_heads);
   const std::vector<RowTile>& tiles = row_tiles(batch, tile_rows, /*window_plus_rows=*/false);
-  const int32_t* qsl = batch.query_start_loc;
   // kv heads per work item: as many as fit the tile's queries (decode rows
   // are few) while the items still split evenly over the threads. A block's
   // rows of adjacent kv heads are adjacent in the pool, so the item reads
@@ -313,23 +320,14 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
       const RowTile& tile = tiles[item / per_tile];
       const int kvh = static_cast<int>(item % per_tile / head_blocks) * kv_per_item;
       const int h0 = kvh * group + static_cast<int>(item % head_blocks) * tile_heads;
-      const int64_t num_new = qsl[tile.seq + 1] - qsl[tile.seq];
-      cpu::AttentionTile a;
+      cpu::AttentionTile a = sequence_tile(batch, tile, layout, q_row_stride, scale);
       a.q = q + tile.row0 * q_row_stride + int64_t{h0} * hd;
       a.out = out + tile.row0 * q_row_stride + int64_t{h0} * hd;
-      a.q_row_stride = q_row_stride;
-      a.rows = tile.rows;
       a.heads = std::min(tile_heads, (kvh + 1) * group - h0);
       a.kv_heads = kv_per_item;
       a.k_head = k_bytes + int64_t{kvh} * bs * hd * elem;
       a.v_head = v_bytes + int64_t{kvh} * bs * hd * elem;
       a.block_stride = block_stride;
-      a.block_table = batch.block_table(tile.seq);
-      a.block_size = bs;
-      a.head_dim = hd;
-      a.last_key = batch.seq_lens[tile.seq] - num_new + (tile.row0 - qsl[tile.seq]);
-      a.sliding_window = batch.sliding_window;
-      a.scale = scale;
       return a;
     };
     cpu::AttentionTile tile[2];
