@@ -404,6 +404,49 @@ TEST_P(PagedAttention, FlashMatchesTheDenseAttentionOfBf16Queries) {
   }
 }
 
+TEST_P(PagedAttention, FlashDecodeRowsOfSeveralKvHeadsPerItem) {
+  // Decode rows only: the flash path gives a work item several kv heads in
+  // lockstep (how many depends on the batch and the threads). Each row must
+  // match the dense attention of its bf16 q, and equal bit for bit the row
+  // computed alone on one thread (another number of kv heads per item).
+  const Seqs decode = {{23, 1}, {40, 1}, {5, 1}, {70, 1}, {0, 1}, {33, 1}};
+  for (const Case& base : {Case{16, 8, 128, 16, 0}, Case{8, 4, 64, 3, 0}, Case{16, 8, 64, 16, 19},
+                           Case{8, 2, 64, 48, 0}, Case{4, 4, 64, 16, 0}}) {
+    const Case c = with_kv(base, DType::BF16);
+    SCOPED_TRACE(describe(c));
+    std::mt19937 rng(41);
+    const Step st = build_step(c, rng, decode);
+    const int64_t width = int64_t{c.q_heads} * c.head_dim;
+    const std::vector<float> q_bf16 = bf16_rounded(st.q);
+    for (int threads : {1, 2}) {
+      const ScopedThreads scoped(threads);
+      std::vector<float> out(st.q.size(), NAN);
+      paged_attention(st.q.data(), st.k(), st.v(), st.layout, st.batch(c.window), c.q_heads,
+                      scale_of(c), out.data());
+      for (size_t s = 0; s < decode.size(); ++s) {
+        const std::string what = "sequence " + std::to_string(s) + ", threads " +
+                                 std::to_string(threads);
+        const int32_t qsl[2] = {0, 1}, len = st.seq_lens[s];
+        const AttentionBatch one{1, qsl, &len, st.tables.data() + s * st.max_blocks,
+                                 st.max_blocks, c.window};
+        std::vector<float> alone(width, NAN);
+        {
+          const ScopedThreads single(1);
+          paged_attention(st.q.data() + s * width, st.k(), st.v(), st.layout, one, c.q_heads,
+                          scale_of(c), alone.data());
+        }
+        const auto got = rows_of(out, static_cast<int64_t>(s), static_cast<int64_t>(s) + 1, width);
+        EXPECT_EQ(got, alone) << what;
+        std::vector<float> dense(width, NAN);
+        dense_attention((takes_flash(GetParam(), c) ? q_bf16 : st.q).data() + s * width,
+                        st.keys[s], st.values[s], 1, c.q_heads, c.kv_heads, c.head_dim, c.window,
+                        scale_of(c), dense.data());
+        expect_close(got, dense, takes_flash(GetParam(), c) ? 4e-3f : 1e-5f, what + " vs dense");
+      }
+    }
+  }
+}
+
 TEST_P(PagedAttention, FlashPrefillRowsDoNotDependOnTheBatch) {
   // A 150-token prompt computed in one step alone, on one thread, equals,
   // bit for bit, the same prompt in two chunks (37 + 113 rows, split off

@@ -214,8 +214,29 @@ cpu::AttentionTile sequence_tile(const AttentionBatch& batch, const RowTile& til
   return a;
 }
 
+int max_tile_rows(const std::vector<RowTile>& tiles) {
+  int rows = 1;
+  for (const RowTile& t : tiles) rows = std::max(rows, t.rows);
+  return rows;
+}
+
+// kv heads per work item, at most max_heads: as many as fit while the
+// items still split evenly over the threads (or are plenty). A block's rows
+// of adjacent kv heads are adjacent in the pool, so an item covering several
+// reads one run of kv heads x 4 KiB instead of 4 KiB runs scattered across
+// memory, which this machine reads at well under half the bandwidth.
+int kv_heads_per_item(const std::vector<RowTile>& tiles, int kv_heads, int max_heads) {
+  const int64_t threads = num_threads();
+  for (int d = std::min(kv_heads, max_heads); d > 1; --d) {
+    const int64_t items = static_cast<int64_t>(tiles.size()) * (kv_heads / d);
+    if (kv_heads % d == 0 && (items % threads == 0 || items >= 4 * threads)) return d;
+  }
+  return 1;
+}
+
 // Work items of the flash path: row tiles of every sequence x kv heads (one
-// tile = rows x the kv head's whole GQA group).
+// tile = rows x the kv head's whole GQA group; decode tiles x several kv
+// heads, kv_heads_per_item).
 void flash_attention_tiles(const float* q, const void* k_cache, const void* v_cache,
                            const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                            float scale, float* out) {
@@ -227,25 +248,33 @@ void flash_attention_tiles(const float* q, const void* k_cache, const void* v_ca
   const auto* k_bytes = static_cast<const uint16_t*>(k_cache);
   const auto* v_bytes = static_cast<const uint16_t*>(v_cache);
   const auto kernel = cpu::active_kernels().attention_bf16_flash;
-  parallel_for(static_cast<int64_t>(tiles.size()) * kv_heads, 1, [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<float> scratch;  // grown once per thread
-    const auto scratch_size = static_cast<size_t>(cpu::flash_scratch_floats(hd));
-    if (scratch.size() < scratch_size) scratch.resize(scratch_size);
-    // kv-head-major: a thread's consecutive items share a kv head's K/V.
-    const auto num_tiles = static_cast<int64_t>(tiles.size());
-    for (int64_t item = i0; item < i1; ++item) {
-      const RowTile& tile = tiles[item % num_tiles];
-      const int kvh = static_cast<int>(item / num_tiles);
-      cpu::AttentionTile a = sequence_tile(batch, tile, layout, q_row_stride, scale);
-      a.q = q + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
-      a.out = out + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
-      a.heads = group;
-      a.k_head = k_bytes + int64_t{kvh} * bs * hd;
-      a.v_head = v_bytes + int64_t{kvh} * bs * hd;
-      a.block_stride = int64_t{kv_heads} * bs * hd;
-      kernel(a, scratch.data());
-    }
-  });
+  // Decode tiles (few queries a kv head) go through the key blocks of
+  // several kv heads in lockstep.
+  const int kv_per_item = kv_heads_per_item(
+      tiles, kv_heads,
+      max_tile_rows(tiles) * group <= cpu::kFlashFewQueries ? cpu::kMaxFlashKvHeads : 1);
+  parallel_for(static_cast<int64_t>(tiles.size()) * (kv_heads / kv_per_item), 1,
+               [&](int64_t i0, int64_t i1) {
+                 thread_local std::vector<float> scratch;  // grown once per thread
+                 const auto scratch_size =
+                     static_cast<size_t>(cpu::flash_scratch_floats(hd) * kv_per_item);
+                 if (scratch.size() < scratch_size) scratch.resize(scratch_size);
+                 // kv-head-major: a thread's consecutive items share a kv head's K/V.
+                 const auto num_tiles = static_cast<int64_t>(tiles.size());
+                 for (int64_t item = i0; item < i1; ++item) {
+                   const RowTile& tile = tiles[item % num_tiles];
+                   const int kvh = static_cast<int>(item / num_tiles) * kv_per_item;
+                   cpu::AttentionTile a = sequence_tile(batch, tile, layout, q_row_stride, scale);
+                   a.q = q + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
+                   a.out = out + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
+                   a.heads = group;
+                   a.kv_heads = kv_per_item;
+                   a.k_head = k_bytes + int64_t{kvh} * bs * hd;
+                   a.v_head = v_bytes + int64_t{kvh} * bs * hd;
+                   a.block_stride = int64_t{kv_heads} * bs * hd;
+                   kernel(a, scratch.data());
+                 }
+               });
 }
 
 }  // namespace
@@ -287,24 +316,10 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   const int tile_rows = std::max(1, cpu::kMaxTileQueries / tile_heads);
   const std::vector<RowTile>& tiles = row_tiles(batch, tile_rows, /*window_plus_rows=*/false);
   // kv heads per work item: as many as fit the tile's queries (decode rows
-  // are few) while the items still split evenly over the threads. A block's
-  // rows of adjacent kv heads are adjacent in the pool, so the item reads
-  // one run of kv_per_item x 4 KiB instead of 4 KiB runs scattered across
-  // memory, which this machine reads at well under half the bandwidth.
-  int max_rows = 1;
-  for (const RowTile& t : tiles) max_rows = std::max(max_rows, t.rows);
-  int kv_per_item = 1;
-  if (head_blocks == 1) {
-    const int64_t threads = num_threads();
-    for (int d = kv_heads; d > 1; --d) {
-      const int64_t items = static_cast<int64_t>(tiles.size()) * (kv_heads / d);
-      if (kv_heads % d == 0 && max_rows * tile_heads * d <= cpu::kMaxTileQueries &&
-          (items % threads == 0 || items >= 4 * threads)) {
-        kv_per_item = d;
-        break;
-      }
-    }
-  }
+  // are few).
+  const int kv_per_item = kv_heads_per_item(
+      tiles, kv_heads,
+      head_blocks == 1 ? cpu::kMaxTileQueries / (max_tile_rows(tiles) * tile_heads) : 1);
   const int64_t per_tile = int64_t{kv_heads / kv_per_item} * head_blocks;
   const int64_t block_stride = int64_t{kv_heads} * bs * hd;
   const int64_t q_row_stride = int64_t{num_q_heads} * hd;

@@ -50,7 +50,7 @@ constexpr float kNoMax = -1e30f;
 // Tiles of at most this many queries accumulate P . V with head_dim across
 // the lanes (value_lane): fewer instructions than one lane per query while
 // count x head_dim / 16 < head_dim.
-constexpr int kFewQueries = 8;
+constexpr int kFewQueries = cpu::kFlashFewQueries;
 
 // The tile's scratch (cpu::flash_scratch_floats), 64-byte aligned pieces.
 struct Scratch {
@@ -173,8 +173,11 @@ struct Lanes {
 };
 
 template <int NV>
-PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile& a, const Lanes& lanes,
-                                      const Scratch& st) {
+PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scratch* scratches,
+                                      int kv_heads, const Lanes& lanes) {
+  // The kv heads differ only in their K/V rows and scratch (same rows,
+  // keys and block table), so they go through each key block in lockstep.
+  const cpu::AttentionTile& a = tiles[0];
   const int hd = a.head_dim, pairs = hd / 2;
   const int64_t last_tile_key = a.last_key + a.rows - 1;
   const int64_t first_key = a.sliding_window > 0 && a.last_key - a.sliding_window + 1 > 0
@@ -185,119 +188,124 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile& a, const Lanes& 
   const int64_t all_first = a.sliding_window > 0 && last_tile_key - a.sliding_window + 1 > 0
                                 ? last_tile_key - a.sliding_window + 1
                                 : 0;
-  const auto* kc = static_cast<const uint16_t*>(a.k_head);
-  const auto* vc = static_cast<const uint16_t*>(a.v_head);
   auto row_of = [&](int64_t t) {
     return int64_t{a.block_table[t / a.block_size]} * a.block_stride + (t % a.block_size) * hd;
   };
   for (int64_t t0 = first_key / kKeys * kKeys; t0 <= last_tile_key; t0 += kKeys) {
-    // From an even key: weights pair keys (2i, 2i + 1) whatever the tile's
-    // first key (the pairing sets the rounding of p . v).
-    const int64_t even_first = first_key & ~int64_t{1};
-    const int64_t lo = t0 > even_first ? t0 : even_first;
-    const int64_t hi = t0 + kKeys - 1 < last_tile_key ? t0 + kKeys - 1 : last_tile_key;
-    const int count = static_cast<int>(hi - lo + 1);  // keys [lo, hi] of the block
-    const int padded = (count + 1) / 2 * 2;
-    // Key rows; a padding key repeats the last one (its weight is 0).
-    const uint16_t* k[kKeys + 8];
-    const uint16_t* v[kKeys];
-    for (int j = 0; j < padded; ++j) {
-      const int64_t off = row_of(lo + (j < count ? j : count - 1));
-      k[j] = kc + off;
-      v[j] = vc + off;
-    }
-    for (int j = padded; j < kKeys + 8; ++j) k[j] = k[padded - 1];
-    // Scores, 4 keys x NV query vectors at a time (16 accumulators),
-    // asking meanwhile for the K and V rows of the next block (into L2):
-    // blocks lie anywhere in the pool, beyond the hardware prefetcher's
-    // reach, and a long context's K/V do not stay in L2 between tiles.
-    const int64_t next = t0 + kKeys,
-                  next_end = next + kKeys - 1 < last_tile_key ? next + kKeys - 1 : last_tile_key;
-    for (int j = 0; j < padded; j += 4) {
-      for (int64_t t = next + j; t <= next_end && t < next + j + 4; ++t) {
-        const int64_t off = row_of(t);
-        for (int b = 0; b < hd * 2; b += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(kc + off) + b, _MM_HINT_T1);
-          _mm_prefetch(reinterpret_cast<const char*>(vc + off) + b, _MM_HINT_T1);
-        }
-      }
-      score_rows<NV, 4>(st.qp, k + j, pairs, a.scale, st.s + j * kQ);
-    }
-    // Online softmax per lane; keys a lane does not see get weight 0.
-    const bool masked = lo < all_first || hi > all_last || count != padded;
-    for (int vi = 0; vi < NV; ++vi) {
-      __mmask16 vis[kKeys];
-      __m512 mx = _mm512_load_ps(st.m + vi * 16);
-      const __m512 old = mx;
+    for (int h = 0; h < kv_heads; ++h) {
+      const Scratch& st = scratches[h];
+      const auto* kc = static_cast<const uint16_t*>(tiles[h].k_head);
+      const auto* vc = static_cast<const uint16_t*>(tiles[h].v_head);
+      // From an even key: weights pair keys (2i, 2i + 1) whatever the tile's
+      // first key (the pairing sets the rounding of p . v).
+      const int64_t even_first = first_key & ~int64_t{1};
+      const int64_t lo = t0 > even_first ? t0 : even_first;
+      const int64_t hi = t0 + kKeys - 1 < last_tile_key ? t0 + kKeys - 1 : last_tile_key;
+      const int count = static_cast<int>(hi - lo + 1);  // keys [lo, hi] of the block
+      const int padded = (count + 1) / 2 * 2;
+      // Key rows; a padding key repeats the last one (its weight is 0).
+      const uint16_t* k[kKeys + 8];
+      const uint16_t* v[kKeys];
       for (int j = 0; j < padded; ++j) {
-        const __m512i key = _mm512_set1_epi32(static_cast<int32_t>(lo + j));
-        vis[j] = masked ? static_cast<__mmask16>(_mm512_cmple_epi32_mask(lanes.first[vi], key) &
-                                                 _mm512_cmple_epi32_mask(key, lanes.last[vi]) &
-                                                 (j < count ? 0xffff : 0))
-                        : static_cast<__mmask16>(0xffff);
-        mx = _mm512_mask_max_ps(mx, vis[j], mx, _mm512_load_ps(st.s + j * kQ + vi * 16));
+        const int64_t off = row_of(lo + (j < count ? j : count - 1));
+        k[j] = kc + off;
+        v[j] = vc + off;
       }
-      // Rescale the lanes whose max grew (by exactly 1 elsewhere: skipped
-      // when no lane grew).
-      const __mmask16 grew = _mm512_cmp_ps_mask(mx, old, _CMP_GT_OQ);
-      if (grew) {
-        const __m512 corr = vexp(_mm512_sub_ps(old, mx));
-        _mm512_store_ps(st.l + vi * 16, _mm512_mul_ps(_mm512_load_ps(st.l + vi * 16), corr));
-        if (lanes.by_lane) {
-          alignas(64) float c16[16];
-          _mm512_store_ps(c16, corr);
-          for (int i = 0; i < lanes.count; ++i) {
-            const __m512 ci = _mm512_set1_ps(c16[i]);
-            for (int d = 0; d < hd; d += 16) {
-              float* od = st.o + i * hd + d;
-              _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), ci));
+      for (int j = padded; j < kKeys + 8; ++j) k[j] = k[padded - 1];
+      // Scores, 4 keys x NV query vectors at a time (16 accumulators),
+      // asking meanwhile for the K and V rows of the next block (into L2):
+      // blocks lie anywhere in the pool, beyond the hardware prefetcher's
+      // reach, and a long context's K/V do not stay in L2 between tiles.
+      const int64_t next = t0 + kKeys,
+                    next_end = next + kKeys - 1 < last_tile_key ? next + kKeys - 1 : last_tile_key;
+      for (int j = 0; j < padded; j += 4) {
+        for (int64_t t = next + j; t <= next_end && t < next + j + 4; ++t) {
+          const int64_t off = row_of(t);
+          for (int b = 0; b < hd * 2; b += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(kc + off) + b, _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(vc + off) + b, _MM_HINT_T1);
+          }
+        }
+        score_rows<NV, 4>(st.qp, k + j, pairs, a.scale, st.s + j * kQ);
+      }
+      // Online softmax per lane; keys a lane does not see get weight 0.
+      const bool masked = lo < all_first || hi > all_last || count != padded;
+      for (int vi = 0; vi < NV; ++vi) {
+        __mmask16 vis[kKeys];
+        __m512 mx = _mm512_load_ps(st.m + vi * 16);
+        const __m512 old = mx;
+        for (int j = 0; j < padded; ++j) {
+          const __m512i key = _mm512_set1_epi32(static_cast<int32_t>(lo + j));
+          vis[j] = masked ? static_cast<__mmask16>(_mm512_cmple_epi32_mask(lanes.first[vi], key) &
+                                                   _mm512_cmple_epi32_mask(key, lanes.last[vi]) &
+                                                   (j < count ? 0xffff : 0))
+                          : static_cast<__mmask16>(0xffff);
+          mx = _mm512_mask_max_ps(mx, vis[j], mx, _mm512_load_ps(st.s + j * kQ + vi * 16));
+        }
+        // Rescale the lanes whose max grew (by exactly 1 elsewhere: skipped
+        // when no lane grew).
+        const __mmask16 grew = _mm512_cmp_ps_mask(mx, old, _CMP_GT_OQ);
+        if (grew) {
+          const __m512 corr = vexp(_mm512_sub_ps(old, mx));
+          _mm512_store_ps(st.l + vi * 16, _mm512_mul_ps(_mm512_load_ps(st.l + vi * 16), corr));
+          if (lanes.by_lane) {
+            alignas(64) float c16[16];
+            _mm512_store_ps(c16, corr);
+            for (int i = 0; i < lanes.count; ++i) {
+              const __m512 ci = _mm512_set1_ps(c16[i]);
+              for (int d = 0; d < hd; d += 16) {
+                float* od = st.o + i * hd + d;
+                _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), ci));
+              }
+            }
+          } else {
+            for (int d = 0; d < hd; ++d) {
+              float* od = st.o + d * kQ + vi * 16;
+              _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), corr));
             }
           }
-        } else {
-          for (int d = 0; d < hd; ++d) {
-            float* od = st.o + d * kQ + vi * 16;
-            _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), corr));
-          }
+          _mm512_store_ps(st.m + vi * 16, mx);
         }
-        _mm512_store_ps(st.m + vi * 16, mx);
-      }
-      __m512 sum = _mm512_load_ps(st.l + vi * 16);
-      for (int j = 0; j < padded; ++j) {
-        float* sj = st.s + j * kQ + vi * 16;
-        const __m512 p = _mm512_maskz_mov_ps(vis[j], vexp(_mm512_sub_ps(_mm512_load_ps(sj), mx)));
-        sum = _mm512_add_ps(sum, p);
-        _mm512_store_ps(sj, p);
-      }
-      _mm512_store_ps(st.l + vi * 16, sum);
-      // Weights as bf16 pairs (keys 2i, 2i + 1) per lane.
-      alignas(64) static const uint16_t kPairIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                        21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                        11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-      const __m512i idx = _mm512_load_si512(kPairIdx);
-      for (int j = 0; j < padded; j += 2) {
-        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(
-            _mm512_load_ps(st.s + (j + 1) * kQ + vi * 16), _mm512_load_ps(st.s + j * kQ + vi * 16));
-        _mm512_store_si512(st.pp + j / 2 * kQ + vi * 16, _mm512_permutexvar_epi16(idx, both));
-      }
-    }
-    // V interleaved by key pairs, then O^T += P . V.
-    const int np = padded / 2;
-    for (int p = 0; p < np; ++p) {
-      for (int d = 0; d < hd; d += 32)
-        interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
-    }
-    if (lanes.by_lane) {
-      for (int i = 0; i < lanes.count; ++i) {
-        for (int d = 0; d < hd; d += 128) {
-          if (hd - d >= 128) {
-            value_lane<8>(st.pp, st.vp, hd, np, st.o + i * hd, i, d);
-          } else {
-            for (int dd = d; dd < hd; dd += 32) value_lane<2>(st.pp, st.vp, hd, np, st.o + i * hd, i, dd);
-          }
+        __m512 sum = _mm512_load_ps(st.l + vi * 16);
+        for (int j = 0; j < padded; ++j) {
+          float* sj = st.s + j * kQ + vi * 16;
+          const __m512 p = _mm512_maskz_mov_ps(vis[j], vexp(_mm512_sub_ps(_mm512_load_ps(sj), mx)));
+          sum = _mm512_add_ps(sum, p);
+          _mm512_store_ps(sj, p);
+        }
+        _mm512_store_ps(st.l + vi * 16, sum);
+        // Weights as bf16 pairs (keys 2i, 2i + 1) per lane.
+        alignas(64) static const uint16_t kPairIdx[32] = {
+            0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+        const __m512i idx = _mm512_load_si512(kPairIdx);
+        for (int j = 0; j < padded; j += 2) {
+          const __m512i both =
+              (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(st.s + (j + 1) * kQ + vi * 16),
+                                           _mm512_load_ps(st.s + j * kQ + vi * 16));
+          _mm512_store_si512(st.pp + j / 2 * kQ + vi * 16, _mm512_permutexvar_epi16(idx, both));
         }
       }
-    } else {
-      for (int d = 0; d < hd; d += 4) value_rows<NV, 4>(st.pp, st.vp, hd, np, st.o, d);
+      // V interleaved by key pairs, then O^T += P . V.
+      const int np = padded / 2;
+      for (int p = 0; p < np; ++p) {
+        for (int d = 0; d < hd; d += 32)
+          interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
+      }
+      if (lanes.by_lane) {
+        for (int i = 0; i < lanes.count; ++i) {
+          for (int d = 0; d < hd; d += 128) {
+            if (hd - d >= 128) {
+              value_lane<8>(st.pp, st.vp, hd, np, st.o + i * hd, i, d);
+            } else {
+              for (int dd = d; dd < hd; dd += 32)
+                value_lane<2>(st.pp, st.vp, hd, np, st.o + i * hd, i, dd);
+            }
+          }
+        }
+      } else {
+        for (int d = 0; d < hd; d += 4) value_rows<NV, 4>(st.pp, st.vp, hd, np, st.o, d);
+      }
     }
   }
 }
@@ -309,8 +317,11 @@ namespace pagoda::ops::cpu::avx512bf16_impl {
 
 using namespace avx512bf16;
 
-PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) {
-  const int hd = a.head_dim, pairs = hd / 2;
+namespace {
+
+// Carves one kv head's Scratch out of flash_scratch_floats(hd) floats.
+Scratch scratch_at(float* scratch, int hd) {
+  const int pairs = hd / 2;
   Scratch st;
   // 64-byte aligned pieces (scratch itself may not be).
   auto* base =
@@ -322,6 +333,50 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
   st.vp = st.pp + kPairs * kQ;
   st.m = reinterpret_cast<float*>(st.vp + kPairs * hd);
   st.l = st.m + kQ;
+  return st;
+}
+
+// q pairs (rounded to bf16, padding lanes 0) in the vectors the tile reads,
+// the output zeroed there, the running max and denominator reset.
+PAGODA_BF16_TARGET void start_tile(const AttentionTile& a, const Lanes& lanes, const Scratch& st) {
+  const int hd = a.head_dim, pairs = hd / 2;
+  // A decode tile fills 16 lanes, not kQ.
+  const int lanes_read = lanes.nv * 16;
+  for (int i = 0; i < lanes_read; ++i) {
+    const float* q =
+        i < lanes.count ? a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd : nullptr;
+    for (int p = 0; p < pairs; ++p) {
+      st.qp[p * kQ + i] =
+          q ? uint32_t{f32_to_bf16(q[2 * p])} | uint32_t{f32_to_bf16(q[2 * p + 1])} << 16 : 0;
+    }
+  }
+  if (lanes.by_lane) {
+    for (int i = 0; i < lanes.count * hd; ++i) st.o[i] = 0.0f;
+  } else {
+    for (int d = 0; d < hd; ++d) {
+      for (int i = 0; i < lanes_read; ++i) st.o[d * kQ + i] = 0.0f;
+    }
+  }
+  for (int i = 0; i < kQ; ++i) st.m[i] = kNoMax, st.l[i] = 0.0f;
+}
+
+PAGODA_BF16_TARGET void finish_tile(const AttentionTile& a, const Lanes& lanes, const Scratch& st) {
+  const int hd = a.head_dim;
+  for (int i = 0; i < lanes.count; ++i) {
+    float* out = a.out + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd;
+    const float inv = 1.0f / st.l[i];
+    if (lanes.by_lane) {
+      for (int d = 0; d < hd; ++d) out[d] = st.o[i * hd + d] * inv;
+    } else {
+      for (int d = 0; d < hd; ++d) out[d] = st.o[d * kQ + i] * inv;
+    }
+  }
+}
+
+}  // namespace
+
+PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) {
+  const int hd = a.head_dim;
   Lanes lanes;
   lanes.count = a.rows * a.heads;
   lanes.nv = (lanes.count + 15) / 16;
@@ -341,48 +396,35 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
     lanes.first[v] = _mm512_load_si512(first + v * 16);
     lanes.last[v] = _mm512_load_si512(last + v * 16);
   }
-  // q pairs, rounded to bf16 (padding lanes 0), in the nv vectors the tile
-  // reads: a decode tile fills 16 lanes, not kQ.
-  const int lanes_read = lanes.nv * 16;
-  for (int i = 0; i < lanes_read; ++i) {
-    const float* q =
-        i < lanes.count ? a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd : nullptr;
-    for (int p = 0; p < pairs; ++p) {
-      st.qp[p * kQ + i] =
-          q ? uint32_t{f32_to_bf16(q[2 * p])} | uint32_t{f32_to_bf16(q[2 * p + 1])} << 16 : 0;
-    }
+  // kv head j of the tile: its q heads after kv head j - 1's, its K/V rows
+  // block_size x head_dim elements on, its own scratch.
+  AttentionTile tiles[kMaxFlashKvHeads];
+  Scratch st[kMaxFlashKvHeads];
+  for (int j = 0; j < a.kv_heads; ++j) {
+    const int64_t head_off = int64_t{j} * a.heads * hd, row_off = int64_t{j} * a.block_size * hd;
+    tiles[j] = a;
+    tiles[j].q = a.q + head_off;
+    tiles[j].out = a.out + head_off;
+    tiles[j].k_head = static_cast<const uint16_t*>(a.k_head) + row_off;
+    tiles[j].v_head = static_cast<const uint16_t*>(a.v_head) + row_off;
+    st[j] = scratch_at(scratch + j * flash_scratch_floats(hd), hd);
+    start_tile(tiles[j], lanes, st[j]);
   }
-  if (lanes.by_lane) {
-    for (int i = 0; i < lanes.count * hd; ++i) st.o[i] = 0.0f;
-  } else {
-    for (int d = 0; d < hd; ++d) {
-      for (int i = 0; i < lanes_read; ++i) st.o[d * kQ + i] = 0.0f;
-    }
-  }
-  for (int i = 0; i < kQ; ++i) st.m[i] = kNoMax, st.l[i] = 0.0f;
   switch (lanes.nv) {
     case 1:
-      attend_blocks<1>(a, lanes, st);
+      attend_blocks<1>(tiles, st, a.kv_heads, lanes);
       break;
     case 2:
-      attend_blocks<2>(a, lanes, st);
+      attend_blocks<2>(tiles, st, a.kv_heads, lanes);
       break;
     case 3:
-      attend_blocks<3>(a, lanes, st);
+      attend_blocks<3>(tiles, st, a.kv_heads, lanes);
       break;
     default:
-      attend_blocks<4>(a, lanes, st);
+      attend_blocks<4>(tiles, st, a.kv_heads, lanes);
       break;
   }
-  for (int i = 0; i < lanes.count; ++i) {
-    float* out = a.out + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd;
-    const float inv = 1.0f / st.l[i];
-    if (lanes.by_lane) {
-      for (int d = 0; d < hd; ++d) out[d] = st.o[i * hd + d] * inv;
-    } else {
-      for (int d = 0; d < hd; ++d) out[d] = st.o[d * kQ + i] * inv;
-    }
-  }
+  for (int j = 0; j < a.kv_heads; ++j) finish_tile(tiles[j], lanes, st[j]);
 }
 
 }  // namespace pagoda::ops::cpu::avx512bf16_impl

@@ -58,14 +58,19 @@ constexpr int64_t attention_scratch_floats(int64_t hd) {
 }
 
 // Flash-attention tiles (flash_attention_avx512bf16.cpp): up to
-// kFlashQueries queries (rows x the q heads of one kv head, kv_heads = 1)
-// per tile, keys in blocks of kFlashKeys positions of an absolute grid;
-// head_dim a multiple of 32.
+// kFlashQueries queries (rows x the q heads of one kv head) per kv head,
+// keys in blocks of kFlashKeys positions of an absolute grid; head_dim a
+// multiple of 32. Tiles of at most kFlashFewQueries queries per kv head
+// (decode rows) may cover up to kMaxFlashKvHeads kv heads (kv_heads), each
+// with its own flash_scratch_floats(hd) of the scratch, in lockstep block
+// by block.
 constexpr int kFlashQueries = 64;
 constexpr int kFlashKeys = 32;
-// Floats of scratch a flash tile of head_dim hd needs: q pairs, the
-// transposed output, a block's scores and weight pairs, its V pairs, the
-// running max and denominator, and 16 floats to align it to 64 bytes.
+constexpr int kFlashFewQueries = 8;
+constexpr int kMaxFlashKvHeads = 8;
+// Floats of scratch a flash tile of head_dim hd needs per kv head: q pairs,
+// the transposed output, a block's scores and weight pairs, its V pairs,
+// the running max and denominator, and 16 floats to align it to 64 bytes.
 constexpr int64_t flash_scratch_floats(int64_t hd) {
   return kFlashQueries * (hd / 2 + hd + kFlashKeys + kFlashKeys / 2 + 2) + kFlashKeys / 2 * hd +
          16;
