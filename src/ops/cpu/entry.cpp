@@ -234,6 +234,29 @@ int kv_heads_per_item(const std::vector<RowTile>& tiles, int kv_heads, int max_h
   return 1;
 }
 
+// Runs work items [0, items) over the threads, each a tile from
+// make_tile(item); a tile knows the one its thread runs next
+// (AttentionTile::next), whose first keys the kernel prefetches.
+template <typename MakeTile>
+void run_tiles(int64_t items, int64_t scratch_floats, const MakeTile& make_tile,
+               void (*kernel)(const cpu::AttentionTile&, float*)) {
+  parallel_for(items, 1, [&](int64_t i0, int64_t i1) {
+    thread_local std::vector<float> scratch;  // grown once per thread
+    if (scratch.size() < static_cast<size_t>(scratch_floats))
+      scratch.resize(static_cast<size_t>(scratch_floats));
+    cpu::AttentionTile tile[2];
+    if (i0 < i1) tile[i0 % 2] = make_tile(i0);
+    for (int64_t item = i0; item < i1; ++item) {
+      cpu::AttentionTile& a = tile[item % 2];
+      if (item + 1 < i1) {
+        tile[(item + 1) % 2] = make_tile(item + 1);
+        a.next = &tile[(item + 1) % 2];
+      }
+      kernel(a, scratch.data());
+    }
+  });
+}
+
 // Work items of the flash path: row tiles of every sequence x kv heads (one
 // tile = rows x the kv head's whole GQA group; decode tiles x several kv
 // heads, kv_heads_per_item).
@@ -247,34 +270,29 @@ void flash_attention_tiles(const float* q, const void* k_cache, const void* v_ca
   const int64_t q_row_stride = int64_t{num_q_heads} * hd;
   const auto* k_bytes = static_cast<const uint16_t*>(k_cache);
   const auto* v_bytes = static_cast<const uint16_t*>(v_cache);
-  const auto kernel = cpu::active_kernels().attention_bf16_flash;
   // Decode tiles (few queries a kv head) go through the key blocks of
   // several kv heads in lockstep.
   const int kv_per_item = kv_heads_per_item(
       tiles, kv_heads,
       max_tile_rows(tiles) * group <= cpu::kFlashFewQueries ? cpu::kMaxFlashKvHeads : 1);
-  parallel_for(static_cast<int64_t>(tiles.size()) * (kv_heads / kv_per_item), 1,
-               [&](int64_t i0, int64_t i1) {
-                 thread_local std::vector<float> scratch;  // grown once per thread
-                 const auto scratch_size =
-                     static_cast<size_t>(cpu::flash_scratch_floats(hd) * kv_per_item);
-                 if (scratch.size() < scratch_size) scratch.resize(scratch_size);
-                 // kv-head-major: a thread's consecutive items share a kv head's K/V.
-                 const auto num_tiles = static_cast<int64_t>(tiles.size());
-                 for (int64_t item = i0; item < i1; ++item) {
-                   const RowTile& tile = tiles[item % num_tiles];
-                   const int kvh = static_cast<int>(item / num_tiles) * kv_per_item;
-                   cpu::AttentionTile a = sequence_tile(batch, tile, layout, q_row_stride, scale);
-                   a.q = q + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
-                   a.out = out + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
-                   a.heads = group;
-                   a.kv_heads = kv_per_item;
-                   a.k_head = k_bytes + int64_t{kvh} * bs * hd;
-                   a.v_head = v_bytes + int64_t{kvh} * bs * hd;
-                   a.block_stride = int64_t{kv_heads} * bs * hd;
-                   kernel(a, scratch.data());
-                 }
-               });
+  // Item = (row tile, kv_per_item kv heads), kv-head-major: a thread's
+  // consecutive items share kv heads.
+  const auto num_tiles = static_cast<int64_t>(tiles.size());
+  auto make_tile = [&](int64_t item) {
+    const RowTile& tile = tiles[item % num_tiles];
+    const int kvh = static_cast<int>(item / num_tiles) * kv_per_item;
+    cpu::AttentionTile a = sequence_tile(batch, tile, layout, q_row_stride, scale);
+    a.q = q + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
+    a.out = out + tile.row0 * q_row_stride + int64_t{kvh} * group * hd;
+    a.heads = group;
+    a.kv_heads = kv_per_item;
+    a.k_head = k_bytes + int64_t{kvh} * bs * hd;
+    a.v_head = v_bytes + int64_t{kvh} * bs * hd;
+    a.block_stride = int64_t{kv_heads} * bs * hd;
+    return a;
+  };
+  run_tiles(num_tiles * (kv_heads / kv_per_item), cpu::flash_scratch_floats(hd) * kv_per_item,
+            make_tile, cpu::active_kernels().attention_bf16_flash);
 }
 
 }  // namespace
@@ -327,35 +345,22 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   const int64_t elem = static_cast<int64_t>(dtype_size(layout.dtype));
   const auto* k_bytes = static_cast<const uint8_t*>(k_cache);
   const auto* v_bytes = static_cast<const uint8_t*>(v_cache);
-  parallel_for(static_cast<int64_t>(tiles.size()) * per_tile, 1, [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<float> scratch;  // grown once per thread
-    const auto scratch_size = static_cast<size_t>(cpu::attention_scratch_floats(hd));
-    if (scratch.size() < scratch_size) scratch.resize(scratch_size);
-    auto make_tile = [&](int64_t item) {
-      const RowTile& tile = tiles[item / per_tile];
-      const int kvh = static_cast<int>(item % per_tile / head_blocks) * kv_per_item;
-      const int h0 = kvh * group + static_cast<int>(item % head_blocks) * tile_heads;
-      cpu::AttentionTile a = sequence_tile(batch, tile, layout, q_row_stride, scale);
-      a.q = q + tile.row0 * q_row_stride + int64_t{h0} * hd;
-      a.out = out + tile.row0 * q_row_stride + int64_t{h0} * hd;
-      a.heads = std::min(tile_heads, (kvh + 1) * group - h0);
-      a.kv_heads = kv_per_item;
-      a.k_head = k_bytes + int64_t{kvh} * bs * hd * elem;
-      a.v_head = v_bytes + int64_t{kvh} * bs * hd * elem;
-      a.block_stride = block_stride;
-      return a;
-    };
-    cpu::AttentionTile tile[2];
-    if (i0 < i1) tile[i0 % 2] = make_tile(i0);
-    for (int64_t item = i0; item < i1; ++item) {
-      cpu::AttentionTile& a = tile[item % 2];
-      if (item + 1 < i1) {  // the kernel prefetches its first keys
-        tile[(item + 1) % 2] = make_tile(item + 1);
-        a.next = &tile[(item + 1) % 2];
-      }
-      tile_kernel(a, scratch.data());
-    }
-  });
+  auto make_tile = [&](int64_t item) {
+    const RowTile& tile = tiles[item / per_tile];
+    const int kvh = static_cast<int>(item % per_tile / head_blocks) * kv_per_item;
+    const int h0 = kvh * group + static_cast<int>(item % head_blocks) * tile_heads;
+    cpu::AttentionTile a = sequence_tile(batch, tile, layout, q_row_stride, scale);
+    a.q = q + tile.row0 * q_row_stride + int64_t{h0} * hd;
+    a.out = out + tile.row0 * q_row_stride + int64_t{h0} * hd;
+    a.heads = std::min(tile_heads, (kvh + 1) * group - h0);
+    a.kv_heads = kv_per_item;
+    a.k_head = k_bytes + int64_t{kvh} * bs * hd * elem;
+    a.v_head = v_bytes + int64_t{kvh} * bs * hd * elem;
+    a.block_stride = block_stride;
+    return a;
+  };
+  run_tiles(static_cast<int64_t>(tiles.size()) * per_tile, cpu::attention_scratch_floats(hd),
+            make_tile, tile_kernel);
 }
 
 }  // namespace pagoda::ops

@@ -172,6 +172,13 @@ struct Lanes {
   __m512i first[kQ / 16], last[kQ / 16];  // visible keys per lane
 };
 
+// The first key any row of the tile sees.
+inline int64_t first_key_of(const cpu::AttentionTile& a) {
+  return a.sliding_window > 0 && a.last_key - a.sliding_window + 1 > 0
+             ? a.last_key - a.sliding_window + 1
+             : 0;
+}
+
 template <int NV>
 PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scratch* scratches,
                                       int kv_heads, const Lanes& lanes) {
@@ -180,9 +187,7 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
   const cpu::AttentionTile& a = tiles[0];
   const int hd = a.head_dim, pairs = hd / 2;
   const int64_t last_tile_key = a.last_key + a.rows - 1;
-  const int64_t first_key = a.sliding_window > 0 && a.last_key - a.sliding_window + 1 > 0
-                                ? a.last_key - a.sliding_window + 1
-                                : 0;
+  const int64_t first_key = first_key_of(a);
   // Keys every row sees: [all_first, all_last].
   const int64_t all_last = a.last_key;
   const int64_t all_first = a.sliding_window > 0 && last_tile_key - a.sliding_window + 1 > 0
@@ -216,14 +221,31 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
       // asking meanwhile for the K and V rows of the next block (into L2):
       // blocks lie anywhere in the pool, beyond the hardware prefetcher's
       // reach, and a long context's K/V do not stay in L2 between tiles.
-      const int64_t next = t0 + kKeys,
-                    next_end = next + kKeys - 1 < last_tile_key ? next + kKeys - 1 : last_tile_key;
+      // At the tile's last block: the first block of the tile the thread
+      // runs next (a decode tile has only a few blocks; each would start on
+      // cold misses).
+      const bool to_next_tile = t0 + kKeys > last_tile_key;
+      const cpu::AttentionTile* pt = to_next_tile ? a.next : &a;
+      int64_t next = t0 + kKeys, next_end = last_tile_key;
+      const uint16_t *pkc = kc, *pvc = vc;
+      if (to_next_tile && pt != nullptr) {
+        next = first_key_of(*pt) / kKeys * kKeys;
+        next_end = pt->last_key + pt->rows - 1;
+        const int64_t head = h < pt->kv_heads ? int64_t{h} * pt->block_size * hd : 0;
+        pkc = static_cast<const uint16_t*>(pt->k_head) + head;
+        pvc = static_cast<const uint16_t*>(pt->v_head) + head;
+      }
+      if (next + kKeys - 1 < next_end) next_end = next + kKeys - 1;
+      // Spread over the score calls however few keys this block has.
+      const int per_call = (kKeys + (padded + 3) / 4 - 1) / ((padded + 3) / 4);
       for (int j = 0; j < padded; j += 4) {
-        for (int64_t t = next + j; t <= next_end && t < next + j + 4; ++t) {
-          const int64_t off = row_of(t);
+        const int64_t from = next + j / 4 * per_call;
+        for (int64_t t = from; pt != nullptr && t <= next_end && t < from + per_call; ++t) {
+          const int64_t off = int64_t{pt->block_table[t / pt->block_size]} * pt->block_stride +
+                              (t % pt->block_size) * hd;
           for (int b = 0; b < hd * 2; b += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(kc + off) + b, _MM_HINT_T1);
-            _mm_prefetch(reinterpret_cast<const char*>(vc + off) + b, _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(pkc + off) + b, _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(pvc + off) + b, _MM_HINT_T1);
           }
         }
         score_rows<NV, 4>(st.qp, k + j, pairs, a.scale, st.s + j * kQ);
