@@ -16,7 +16,13 @@
 # pair sees the same machine state (a shared host's load changes within
 # minutes); every row is then judged by the FIRST binary's roofline of that
 # figure (it must print the per-ISA peaks: a build before issue 25
-# measured AVX-512 peaks under --isa avx2).
+# measured AVX-512 peaks under --isa avx2). Decode rows are judged by
+# the read bandwidth each run probed between its own decode steps
+# (`decode_read_gb_per_s`), so the step and its bound see the same machine.
+#
+# Only some figures (FIGURES, comma-separated names as in the table), e.g.
+# the int8 decode rows of two binaries interleaved (an A/B):
+#   FIGURES="decode int8" bench/every_cpu.sh MODEL_DIR "avx2 avx512bf16" new/pagoda old/pagoda
 set -euo pipefail
 model=${1:?usage: bench/every_cpu.sh MODEL_DIR ["isa..."] [pagoda_binary...]}
 isas=${2:-}
@@ -33,6 +39,8 @@ trap 'rm -rf "$tmp"' EXIT
 figure() {  # name, then bench latency flags
   local name=$1
   shift
+  # FIGURES="a,b": only the figures named (comma-separated names as below).
+  [ -z "${FIGURES:-}" ] || [[ ",$FIGURES," == *",$name,"* ]] || return 0
   for isa in $isas; do
     local i=0
     for bin in "${binaries[@]}"; do
@@ -70,7 +78,11 @@ elif name.startswith("batch"):
 else:
     got = f"{j['decode_tokens_per_s']:.1f} tok/s ({j['decode_ms_per_step']:.1f} ms/step)"
     bw = j["decode_bytes_per_step"] / (j["decode_ms_per_step"] * 1e-3)
-    frac = f"{100 * bw / (r['read_gb_per_s'] * 1e9):.1f}% of read bandwidth"
+    # The run's own read probes, taken between its decode steps (median);
+    # a binary without them is judged by the first binary's roofline probe.
+    read = j.get("decode_read_gb_per_s") or r["read_gb_per_s"]
+    probes = "between the steps" if j.get("decode_read_gb_per_s") else "probed before the runs"
+    frac = f"{100 * bw / (read * 1e9):.1f}% of read bandwidth ({read:.1f} GB/s {probes})"
     cpu = "-"  # bound by memory: CPU time is no measure of it
 peaks = (f"read {r['read_gb_per_s']:.1f} GB/s, fp32 {r['fp32_gflops']:.0f}, "
          f"bf16 {r['bf16_gflops']:.0f}, int8 {r['int8_gops']:.0f}")

@@ -4,6 +4,11 @@
 // faster than its bytes (weights + KV read) over the read bandwidth nor
 // than its FLOPs over the linears' peak (the bound of a large batch), a
 // prefill token not faster than its FLOPs over the peak.
+// The read bandwidth a decode step is judged by is probed between the
+// decode steps (a pass over a buffer the size of the step's bytes before
+// every step, outside its time): on a shared host the bandwidth moves by
+// half within seconds, so a probe taken once before the runs may see
+// another machine than the steps do.
 //
 // --context-len N times decode at a long context without prefilling it
 // (a 64k-token prefill of a wide model takes far too long on a small CPU):
@@ -74,6 +79,7 @@ struct Run {
   int64_t decode_tokens = 0;      // emitted in the decode steps (several a step when speculating)
   int64_t kv_bytes_held = 0;      // --context-len: the requests' pages once the contexts are in
   int64_t kv_bytes_reserved = 0;  // ... and the pools' used blocks x page bytes x slots
+  std::vector<double> read_gb_per_s;  // the read probe before each decode step (if probing)
 };
 
 // Bytes of the pages in use in every pool: used blocks x page bytes x slots
@@ -104,8 +110,11 @@ double process_cpu_seconds() {
 }
 
 // One batch: B requests queued at once; prefill ends when every request
-// has its first token, decode covers the remaining steps.
-Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int tag) {
+// has its first token, decode covers the remaining steps. With a `probe`,
+// the read bandwidth is measured before every decode step, outside the
+// step's time (wall and CPU).
+Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int tag,
+             ops::ReadProbe* probe) {
   const int64_t vocab = engine.model_config().vocab_size;
   SamplingParams params;
   params.temperature = a.temperature;
@@ -147,6 +156,7 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
   const bool speculating = engine.options().speculative_config.has_value();
   double model_s_first = engine.model_seconds();
   double proposer_s_first = engine.proposer_model_seconds();
+  double probe_s = 0, probe_cpu_s = 0;  // in the probes between decode steps
   while (engine.has_unfinished()) {
     int64_t emitted = 0;
     for (const RequestOutput& out : engine.step()) {
@@ -178,9 +188,16 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
     } else {
       ++r.decode_steps;
     }
+    if (probe != nullptr && r.prefill_s > 0 && engine.has_unfinished()) {
+      const auto p0 = Clock::now();
+      const double cpu_p0 = process_cpu_seconds();
+      r.read_gb_per_s.push_back(probe->measure() * 1e-9);
+      probe_s += std::chrono::duration<double>(Clock::now() - p0).count();
+      probe_cpu_s += process_cpu_seconds() - cpu_p0;
+    }
   }
-  r.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
-  r.decode_cpu_s = process_cpu_seconds() - cpu_first;
+  r.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count() - probe_s;
+  r.decode_cpu_s = process_cpu_seconds() - cpu_first - probe_cpu_s;
   r.decode_model_s = engine.model_seconds() - model_s_first;
   r.decode_proposer_s = engine.proposer_model_seconds() - proposer_s_first;
   return r;
@@ -196,6 +213,22 @@ double kv_read_bytes(const LLMEngine& engine, double context) {
   const double b1 = static_cast<double>(
       engine.model().kv_bytes_read_per_token(lo + 1, engine.kv_cache_dtype()));
   return b0 + (context - static_cast<double>(lo)) * (b1 - b0);
+}
+
+// Mean context over the decode steps (--context-len: steps at N + 1 ..
+// N + output_len - 1).
+double mean_decode_context(const LatencyArgs& a) {
+  return a.context_len > 0 ? static_cast<double>(a.context_len) + a.output_len / 2.0
+                           : a.input_len + a.output_len / 2.0;
+}
+
+// Bytes a decode step reads: the weights once, plus every sequence's K/V
+// (of the cache's dtype) at its mean context length over the decode. (What
+// a token reads is the model's to say: all of a dense cache, a sliding
+// window, V3.2's top-k latents plus every indexer key.)
+double decode_step_bytes(const LLMEngine& engine, const LatencyArgs& a) {
+  return static_cast<double>(engine.model().weight_bytes_per_step()) +
+         a.batch * kv_read_bytes(engine, mean_decode_context(a));
 }
 
 int run_latency(LatencyArgs& a) {
@@ -263,16 +296,30 @@ int run_latency(LatencyArgs& a) {
     roof = ops::measure_roofline(num_threads(), 0.25);
     probe_in_peak = !restart_peak_rss();
   }
+  // The read bandwidth a decode step is judged by, measured between the
+  // decode steps (run_once): the roofline's probe above ran seconds before,
+  // and a shared host's bandwidth moves by half within that. The buffer is
+  // a decode step's bytes (weights + KV; at least 256 MiB, 8x this CPU
+  // class's L3, so a tiny model's probe still streams from memory, and at
+  // most 1 GiB, a stream far beyond any cache): the same stream, not a
+  // cached toy. It stays resident through the runs; the peak RSS reported
+  // leaves it out.
+  std::unique_ptr<ops::ReadProbe> read_probe;
+  if (!a.no_roofline && a.output_len > 1) {
+    read_probe = std::make_unique<ops::ReadProbe>(
+        std::clamp(static_cast<int64_t>(decode_step_bytes(engine, a)), int64_t{256} << 20, int64_t{1} << 30));
+  }
 
   std::mt19937_64 rng(a.seed);
   std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms, engine_ms;
   std::vector<double> prefill_cpu_s, step_cpu_ms;  // per run, as prefill_tps / step_ms
   std::vector<double> target_ms, proposer_ms;  // per decode step, in each model's passes
+  std::vector<double> decode_read_gb_per_s;  // the interleaved probes of the measured runs
   int64_t kv_bytes_held = 0, kv_bytes_reserved = 0;
   SpecDecodeStats spec_before;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
     if (i == a.warmup) spec_before = engine.stats().spec_decode;
-    const Run r = run_once(engine, a, rng, i);
+    Run r = run_once(engine, a, rng, i, read_probe.get());
     if (with_context && !a.engine.speculative_config && r.decode_steps != a.output_len - 1) {
       throw InternalError(fmt::format("bench latency --context-len: {} decode steps, expected {}",
                                       r.decode_steps, a.output_len - 1));
@@ -280,6 +327,8 @@ int run_latency(LatencyArgs& a) {
     kv_bytes_held = r.kv_bytes_held;
     kv_bytes_reserved = r.kv_bytes_reserved;
     if (i < a.warmup) continue;
+    decode_read_gb_per_s.insert(decode_read_gb_per_s.end(), r.read_gb_per_s.begin(),
+                                r.read_gb_per_s.end());
     // With --context-len the first step computes one token per request (the
     // last prompt token at the context): no prefill speed.
     first_step_ms.push_back(1e3 * r.prefill_s);
@@ -294,7 +343,9 @@ int run_latency(LatencyArgs& a) {
       proposer_ms.push_back(1e3 * r.decode_proposer_s / r.decode_steps);
     }
   }
-  const int64_t peak_rss = std::max(load_peak_rss, peak_rss_bytes());
+  const int64_t probe_bytes = read_probe ? read_probe->bytes() : 0;
+  const int64_t peak_rss = std::max(load_peak_rss, peak_rss_bytes() - probe_bytes);
+  read_probe.reset();  // (the RSS reported below is the engine's)
   const double med_prefill = with_context ? 0 : median(prefill_tps);
   // --output-len 1 has no decode step: its decode speed is not measured
   // (null in JSON), rather than 0 or a division by 0.
@@ -305,16 +356,9 @@ int run_latency(LatencyArgs& a) {
   const double med_engine_ms = decoded ? median(engine_ms) : 0;
   auto if_decoded = [decoded](double v) { return decoded ? nlohmann::json(v) : nlohmann::json(); };
 
-  // Decode step: the weights once, plus every sequence's K/V (of the cache's
-  // dtype) at its mean context length over the decode.
-  // (What a token reads is the model's to say: all of a dense cache, a
-  // sliding window, V3.2's top-k latents plus every indexer key.)
   const double weight_bytes = static_cast<double>(engine.model().weight_bytes_per_step());
-  // Mean context over the decode steps (--context-len: steps at N + 1 ..
-  // N + output_len - 1).
-  const double mean_context = with_context ? static_cast<double>(a.context_len) + a.output_len / 2.0
-                                           : a.input_len + a.output_len / 2.0;
-  const double step_bytes = weight_bytes + a.batch * kv_read_bytes(engine, mean_context);
+  const double mean_context = mean_decode_context(a);
+  const double step_bytes = decode_step_bytes(engine, a);
   // ...and its FLOPs: a batched step (B rows through every matrix) is bound
   // by arithmetic rather than by bytes once B is large.
   const double step_flops = a.batch * token_flops(c, mean_context, 1.0);
@@ -347,8 +391,14 @@ int run_latency(LatencyArgs& a) {
   double decode_roof_ms = 0, decode_memory_ms = 0, decode_compute_ms = 0;
   double prefill_roof_bf16 = 0, prefill_roof_fp32 = 0, prefill_roof_linear = 0;
   const LinearPeak peak = linear_peak(roof, engine);
+  // The read bandwidth of the decode steps: the median of the probes taken
+  // between them (median against median step time: like with like), or
+  // the roofline's best pass when there were none.
+  const bool interleaved = !decode_read_gb_per_s.empty();
+  const double decode_read_gb_per_s_med =
+      interleaved ? median(decode_read_gb_per_s) : roof.read_gb_per_s;
   if (!a.no_roofline) {
-    decode_memory_ms = step_bytes / (roof.read_gb_per_s * 1e9) * 1e3;
+    decode_memory_ms = step_bytes / (decode_read_gb_per_s_med * 1e9) * 1e3;
     // token_flops models dense Llama-style layers only: with --context-len
     // (meant for any model, DeepSeek's MLA and MoE included) the decode is
     // judged by its bytes alone, as a batch-1 decode is bound.
@@ -386,6 +436,14 @@ int run_latency(LatencyArgs& a) {
         if_decoded(med_step_cpu_ms > 0 ? step_flops / (med_step_cpu_ms * 1e-3) / per_cpu_s : 0);
     j["decode_roofline_ms_per_step"] = decode_roof_ms;
     j["decode_bandwidth_ms_per_step"] = decode_memory_ms;
+    // The read probes taken before every measured decode step (their
+    // median is what decode_bandwidth_ms_per_step divides by), their
+    // buffer, and the decode's bytes per second against it.
+    j["decode_read_gb_per_s"] = if_decoded(decode_read_gb_per_s_med);
+    j["decode_read_gb_per_s_probes"] = decode_read_gb_per_s;
+    j["decode_read_probe_bytes"] = probe_bytes;
+    j["decode_fraction_of_read_bandwidth"] =
+        if_decoded(med_step_ms > 0 ? decode_memory_ms / med_step_ms : 0);
     j["decode_compute_ms_per_step"] = decode_compute_ms;
     j["decode_fraction_of_roofline"] =
         if_decoded(med_step_ms > 0 ? decode_roof_ms / med_step_ms : 0);
@@ -493,6 +551,15 @@ int run_latency(LatencyArgs& a) {
         "int8 %.0f GOP/s (%s)\n",
         ops::isa_name(roof.isa), roof.read_gb_per_s, roof.fp32_gflops, roof.fp32_probe,
         roof.bf16_gflops, roof.bf16_probe, roof.int8_gops, roof.int8_probe);
+    if (interleaved) {
+      const auto [lo, hi] =
+          std::minmax_element(decode_read_gb_per_s.begin(), decode_read_gb_per_s.end());
+      std::printf(
+          "read bandwidth between the decode steps: median %.1f GB/s (%zu probes of %.0f MiB, "
+          "%.1f-%.1f GB/s)\n",
+          decode_read_gb_per_s_med, decode_read_gb_per_s.size(), probe_bytes / 1048576.0,
+          *lo, *hi);
+    }
     if (decoded && with_context) {
       std::printf("decode at %.1f%% of the bandwidth roofline (bytes at the read bandwidth %.2f "
                   "ms/step)\n",

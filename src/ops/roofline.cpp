@@ -75,24 +75,37 @@ double peak_rate(const PeakProbe& probe, int threads, double seconds) {
   return best;
 }
 
-double read_rate(int threads, double seconds, int64_t bytes) {
-  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
-  std::unique_ptr<float[]> buf(new float[n]);
-  // First touch on the threads that will read (NUMA placement).
-  parallel_for(n, 1 << 16,
-               [&](int64_t b, int64_t e) { std::fill(buf.get() + b, buf.get() + e, 1.0f); });
-  std::atomic<float> sink{0};
-  const double best = best_rate(3, 50, seconds, [&] {
-    parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
-      sink.store(sink.load(std::memory_order_relaxed) + read_sum(buf.get() + b, e - b),
-                 std::memory_order_relaxed);
-    });
-    return static_cast<double>(bytes);
-  });
-  return sink.load() == -1.0f ? 0 : best;
+// Best of the probe's passes: at least 3, then more until `seconds` have
+// passed (50 at most), as best_rate.
+double read_rate(double seconds, int64_t bytes) {
+  ReadProbe probe(bytes);
+  double best = 0;
+  const auto start = Clock::now();
+  for (int rep = 0; rep < 3 || (seconds_since(start) < seconds && rep < 50); ++rep)
+    best = std::max(best, probe.measure());
+  return best;
 }
 
 }  // namespace
+
+ReadProbe::ReadProbe(int64_t bytes)
+    : n_(bytes / static_cast<int64_t>(sizeof(float))), buf_(new float[n_]) {
+  // First touch on the threads that will read (NUMA placement).
+  parallel_for(n_, 1 << 16,
+               [&](int64_t b, int64_t e) { std::fill(buf_.get() + b, buf_.get() + e, 1.0f); });
+}
+
+double ReadProbe::measure() {
+  std::atomic<float> sink{0};
+  const auto t0 = Clock::now();
+  parallel_for(n_, 1 << 16, [&](int64_t b, int64_t e) {
+    sink.store(sink.load(std::memory_order_relaxed) + read_sum(buf_.get() + b, e - b),
+               std::memory_order_relaxed);
+  });
+  const double s = seconds_since(t0);
+  sink_ += sink.load();
+  return static_cast<double>(bytes()) / std::max(s, 1e-9);
+}
 
 double peak_per_cpu_second(PeakKind kind) {
   auto thread_seconds = [] {
@@ -134,7 +147,7 @@ Roofline measure_roofline(int threads, double seconds, int64_t read_bytes) {
   Roofline r;
   r.threads = threads;
   r.isa = current_isa();
-  r.read_gb_per_s = read_rate(threads, seconds, read_bytes) * 1e-9;
+  r.read_gb_per_s = read_rate(seconds, read_bytes) * 1e-9;
   const PeakProbe fp32 = peak_probe(PeakKind::Fp32Fma, r.isa);
   const PeakProbe bf16 = peak_probe(PeakKind::Bf16Dot, r.isa);
   const PeakProbe int8 = peak_probe(PeakKind::Int8Dot, r.isa);

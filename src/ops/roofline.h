@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "ops/ops.h"
 
@@ -47,6 +48,26 @@ double peak_per_cpu_second(PeakKind kind);
 // Sums x[0..n) with wide loads (the read-bandwidth probe). Returns the sum
 // so the reads cannot be optimized away.
 float read_sum(const float* x, int64_t n);
+
+// The read-bandwidth probe as an object, to be run again and again between
+// the steps of a timed run (bench latency probes before every decode step,
+// so a step and the bandwidth it is judged by see the same machine state on
+// a shared host). Holds a buffer of `bytes` (the stream a decode step reads:
+// size it like the weights, far beyond the caches), first touched on the
+// kernel threads that will read it.
+class ReadProbe {
+ public:
+  explicit ReadProbe(int64_t bytes);
+  // Streams the whole buffer once on every kernel thread (num_threads());
+  // returns the bytes per second of that one pass.
+  double measure();
+  int64_t bytes() const { return n_ * static_cast<int64_t>(sizeof(float)); }
+
+ private:
+  int64_t n_;
+  std::unique_ptr<float[]> buf_;
+  float sink_ = 0;  // the sums, so the reads cannot be optimized away
+};
 
 struct Roofline {
   int threads = 1;

@@ -63,7 +63,9 @@ PY
     /usr/bin/python3 - "$isa" "$variant" "$tmp/lat.json" <<'PY' || fail "bench latency --isa $isa $variant fractions"
 import json, math, sys
 isa, variant, j = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
-kind = "int8" if "int8" in variant else "bf16" if "bf16" in variant else "fp32"
+# (by the flag and the model's name, not the path: a checkout may be named *int8*)
+model = variant.split()[0].rstrip("/").split("/")[-1]
+kind = "int8" if "--quantization int8" in variant else "bf16" if "bf16" in model else "fp32"
 assert j["linear_peak"] == kind and j["roofline"]["isa"] == isa, j
 for k in ("prefill_fraction_of_linear_peak", "prefill_fraction_of_fp32_peak",
           "prefill_fraction_of_bf16_peak", "decode_fraction_of_linear_peak",

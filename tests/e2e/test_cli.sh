@@ -172,6 +172,17 @@ assert bw > 0 and comp > 0 and one["decode_roofline_ms_per_step"] == max(bw, com
 assert math.isclose(one["decode_fraction_of_roofline"],
                     one["decode_roofline_ms_per_step"] / one["decode_ms_per_step"]), one
 assert math.isclose(two["decode_flops_per_step"], 2 * one["decode_flops_per_step"]), (one, two)
+# The read bandwidth is probed before every measured decode step (outside
+# its time), over a buffer of at least 256 MiB; the bound is the step's
+# bytes at the median probe.
+probes = one["decode_read_gb_per_s_probes"]
+assert len(probes) == one["repeats"] * (one["output_len"] - 1) and min(probes) > 0, one
+s = sorted(probes)
+assert math.isclose(one["decode_read_gb_per_s"], 0.5 * (s[1] + s[2])), one
+assert one["decode_read_probe_bytes"] >= 256 << 20, one
+assert math.isclose(bw, one["decode_bytes_per_step"] / (one["decode_read_gb_per_s"] * 1e9) * 1e3), one
+assert math.isclose(one["decode_fraction_of_read_bandwidth"], bw / one["decode_ms_per_step"]), one
+assert "decode_read_gb_per_s" not in two, two  # --no-roofline: no probes
 # The peak RSS is the engine's: the roofline probe's 512 MiB read buffer,
 # freed before the timed runs, is not in it (stories260k needs ~180 MiB).
 assert one["peak_rss_includes_roofline_probe"] is False, one

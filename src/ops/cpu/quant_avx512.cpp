@@ -129,10 +129,13 @@ PAGODA_QTARGET inline void panel_dots(const int8_t* x, int64_t k, const int8_t* 
     __m512i w[kPanelVectors];
 #pragma GCC unroll 4
     for (int v = 0; v < kPanelVectors; ++v) w[v] = _mm512_loadu_si512(b + 64 * v);
-    if constexpr (R == 1) {  // decode streams the panel: all 4 lines, 4 KiB ahead, into L2
+    if constexpr (R == 1) {
+      // Decode streams the panel: all 4 lines, 8 KiB ahead, into L2 (4 KiB
+      // left the decode ~2-7 points lower against the read probe:
+      // bench/every_cpu.md).
 #pragma GCC unroll 4
       for (int v = 0; v < kPanelVectors; ++v)
-        __builtin_prefetch(b + 16 * 4 * kPanelCols + 64 * v, 0, 1);
+        __builtin_prefetch(b + 32 * 4 * kPanelCols + 64 * v, 0, 1);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
