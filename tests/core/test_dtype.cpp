@@ -37,9 +37,15 @@ TEST(DType, Bf16RoundsToNearestEven) {
     float hi;
     std::memcpy(&hi, &hi_bits, 4);
     const float dlo = std::fabs(f - lo), dhi = std::fabs(hi - f);
-    if (dlo < dhi) EXPECT_EQ(r, lo);
-    if (dhi < dlo) EXPECT_EQ(r, hi);
-    if (dlo == dhi) EXPECT_EQ(bits(r) >> 16 & 1, 0u);  // tie: even mantissa
+    if (dlo < dhi) {
+      EXPECT_EQ(r, lo);
+    }
+    if (dhi < dlo) {
+      EXPECT_EQ(r, hi);
+    }
+    if (dlo == dhi) {
+      EXPECT_EQ(bits(r) >> 16 & 1, 0u);  // tie: even mantissa
+    }
   }
 }
 

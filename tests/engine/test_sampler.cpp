@@ -92,7 +92,9 @@ TEST(Sampler, DistributionsMatchTheirDefinition) {
       EXPECT_NEAR(got[i], want[i], 0.006)
           << "token " << i << " T=" << c.temperature << " top_p=" << c.top_p << " top_k=" << c.top_k
           << " min_p=" << c.min_p;
-      if (want[i] == 0) EXPECT_EQ(got[i], 0) << "filtered token " << i << " was sampled";
+      if (want[i] == 0) {
+        EXPECT_EQ(got[i], 0) << "filtered token " << i << " was sampled";
+      }
     }
   }
 }
@@ -265,7 +267,9 @@ TEST(Sampler, AllowedTokenIdsRestrictAndRenormalize) {
   const auto got = empirical(p, 100000);
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_NEAR(got[i], want[i], 0.006) << "token " << i;
-    if (want[i] == 0) EXPECT_EQ(got[i], 0) << "token " << i << " is not allowed";
+    if (want[i] == 0) {
+      EXPECT_EQ(got[i], 0) << "token " << i << " is not allowed";
+    }
   }
   p.temperature = 0;
   std::vector<float> l = kLogits;

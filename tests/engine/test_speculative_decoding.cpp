@@ -40,7 +40,9 @@ TEST(SpeculativeDecoding, GreedyNgramEqualsPlainGreedyOverManyPrompts) {
     int64_t sum = 0;
     for (size_t p = 0; p < s.num_accepted_tokens_per_pos.size(); ++p) {
       sum += s.num_accepted_tokens_per_pos[p];
-      if (p > 0) EXPECT_LE(s.num_accepted_tokens_per_pos[p], s.num_accepted_tokens_per_pos[p - 1]);
+      if (p > 0) {
+        EXPECT_LE(s.num_accepted_tokens_per_pos[p], s.num_accepted_tokens_per_pos[p - 1]);
+      }
     }
     EXPECT_EQ(sum, s.num_accepted_tokens);
   }

@@ -43,13 +43,17 @@ const Json kTools = Json::parse(R"([
 
 // The arguments against the tools' schemas above, checked by hand.
 void expect_valid_call(const ParsedToolCall& call, const std::string& only) {
-  if (!only.empty()) EXPECT_EQ(call.name, only);
+  if (!only.empty()) {
+    EXPECT_EQ(call.name, only);
+  }
   const Json args = Json::parse(call.arguments, nullptr, false);
   ASSERT_TRUE(args.is_object()) << call.arguments;
   if (call.name == "get_weather") {
     ASSERT_TRUE(args.contains("city") && args["city"].is_string()) << call.arguments;
     EXPECT_LE(args["city"].get<std::string>().size(), 48u);  // 12 characters, up to 4 bytes each
-    if (args.contains("unit")) EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << call.arguments;
+    if (args.contains("unit")) {
+      EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << call.arguments;
+    }
     for (const auto& [k, v] : args.items()) EXPECT_TRUE(k == "city" || k == "unit") << k;
   } else {
     ASSERT_EQ(call.name, "add");
