@@ -238,7 +238,7 @@ void LLMEngine::init_speculation(const SpeculativeConfig& c) {
       if (!model_->has_mtp_layer()) {
         throw_input_error(
             "--speculative-config: method mtp needs a checkpoint with an MTP layer the engine "
-            "runs (DeepSeek V3/V3.2 with num_nextn_predict_layers >= 1); {} has none",
+            "runs (DeepSeek V3/V3.2/V4 with num_nextn_predict_layers >= 1); {} has none",
             model_->config().architecture);
       }
       // The layer's passes run on rank 0 alone.

@@ -9,7 +9,7 @@
 # KV pool (preemption) and small blocks; the target as its own draft has
 # every greedy draft accepted; bad configs and drafts that do not fit the
 # target are usage errors (exit 2). MTP (DeepSeek's MTP layer drafts): the
-# same equality on tiny V3 and V3.2 checkpoints whose MTP layer mostly
+# same equality on tiny V3, V3.2 and V4 checkpoints whose MTP layer mostly
 # predicts the main model (drafts accepted and rejected), and the layer's
 # logits at every position and its drafts against the numpy reference
 # (tools/compare_mtp.py).
@@ -138,6 +138,12 @@ done
 # 5 MLA layers (4 + MTP) x 320 bytes a position: room for about 70 positions.
 same_ids mtp_v3_preempt "$tmp/mtp_v3" --max-tokens 32 --block-size 4 --max-model-len 64 \
   --kv-cache-memory 115200
+# DeepSeek V4's MTP block (SWA attention over the main model's final hc
+# streams), on a checkpoint whose block mostly predicts the main model.
+$py "$src/tools/make_deepseek_v4_checkpoint.py" --out "$tmp/mtp_v4" --dtype f32 --seed 3 --mtp-copy 0.05 \
+  >/dev/null || fail "make_deepseek_v4_checkpoint --mtp-copy"
+same_ids mtp_v4 "$tmp/mtp_v4" --max-tokens 32
+same_ids mtp_v4_chunked "$tmp/mtp_v4" --max-tokens 32 --max-num-batched-tokens 5 --block-size 64
 spec=$ngram
 
 # mtp_check NAME CKPT [pagoda args...]: the MTP layer's logits at every
@@ -156,6 +162,8 @@ mtp_check mtp_ref_v3 "$tmp/deepseek"
 mtp_check mtp_ref_v3_chunked "$tmp/deepseek" --block-size 4 --max-num-batched-tokens 3
 mtp_check mtp_ref_v3_copy "$tmp/mtp_v3" --block-size 4
 mtp_check mtp_ref_v32 "$tmp/mtp_v32" --block-size 4 --max-num-batched-tokens 5
+mtp_check mtp_ref_v4 "$tmp/v4" --block-size 64 --max-num-batched-tokens 5
+mtp_check mtp_ref_v4_copy "$tmp/mtp_v4"
 
 # accepted_all NAME STDERR: the run drafted and every draft was accepted.
 accepted_all() {

@@ -9,9 +9,17 @@
 // is token for token the output without speculation across mixed batches,
 // chunked prefill, preemption and prefix-cache hits, with
 // LLMEngine::check_invariants after every step and every block back.
+// The same for the `mtp` proposer (V4's MTP block, spec §3.2.7) on a
+// checkpoint written with --mtp-copy (an MTP block built to mostly predict
+// the main model, so drafts are accepted and rejected); its logits and
+// drafts are compared with the numpy reference in
+// tests/e2e/test_speculative_decoding.sh.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <map>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,17 +31,19 @@
 namespace pagoda {
 namespace {
 
-// The checkpoints, written once per test binary run: the V4 model, and a
-// cut of it (its first 3 layers and the head) as a draft.
+// The checkpoints, written once per test binary run: the V4 model, a cut
+// of it (its first 3 layers and the head) as a draft, and one whose MTP
+// block mostly agrees with the main model.
 struct Checkpoints {
   test::TempDir tmp;
-  std::string v4 = (tmp / "v4").string(), cut = (tmp / "v4_cut").string();
+  std::string v4 = (tmp / "v4").string(), cut = (tmp / "v4_cut").string(),
+              mtp = (tmp / "v4_mtp").string();
   Checkpoints() {
-    const std::string tools = PAGODA_SOURCE_DIR "/tools/";
+    const std::string write = "/usr/bin/python3 " PAGODA_SOURCE_DIR
+                              "/tools/make_deepseek_v4_checkpoint.py --dtype f32 ";
     for (const std::string& cmd :
-         {"/usr/bin/python3 " + tools + "make_deepseek_v4_checkpoint.py --dtype f32 --seed 5 --out " + v4,
-          "/usr/bin/python3 " + tools + "make_deepseek_v4_checkpoint.py --dtype f32 --seed 5 "
-          "--compress-ratios 0,4,16,0 --out " + cut}) {
+         {write + "--seed 5 --out " + v4, write + "--seed 5 --compress-ratios 0,4,16,0 --out " + cut,
+          write + "--seed 3 --mtp-copy 0.05 --out " + mtp}) {
       EXPECT_EQ(std::system((cmd + " > /dev/null").c_str()), 0) << cmd;
     }
   }
@@ -50,6 +60,14 @@ SpeculativeConfig ngram(int k) {
   c.num_speculative_tokens = k;
   c.prompt_lookup_min = 1;
   c.prompt_lookup_max = 3;
+  c.adaptive = false;
+  return c;
+}
+
+SpeculativeConfig mtp(int k) {
+  SpeculativeConfig c;
+  c.method = SpeculativeMethod::Mtp;
+  c.num_speculative_tokens = k;
   c.adaptive = false;
   return c;
 }
@@ -99,8 +117,9 @@ std::vector<std::vector<int32_t>> run(LLMEngine& engine, const std::vector<std::
 
 std::vector<std::vector<int32_t>> run(const EngineOptions& o,
                                       const std::vector<std::vector<int32_t>>& ps,
-                                      const std::vector<SamplingParams>& params) {
-  LLMEngine engine(checkpoints().v4, o);
+                                      const std::vector<SamplingParams>& params,
+                                      const std::string& model = checkpoints().v4) {
+  LLMEngine engine(model, o);
   return run(engine, ps, params);
 }
 
@@ -212,6 +231,135 @@ TEST(V4Speculation, RandomizedInvariants) {
     }
     LLMEngine engine(checkpoints().v4, o);
     const auto ps = prompts(8, 10 + trial);
+    std::vector<SamplingParams> params;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      SamplingParams p = test::greedy(1 + static_cast<int>(rng() % 50));
+      if (rng() % 3 == 0) {
+        p.temperature = 0.8f;
+        p.seed = rng();
+      }
+      params.push_back(p);
+    }
+    run(engine, ps, params);
+  }
+}
+
+TEST(V4Mtp, GreedyEqualsPlainOverAMixedBatch) {
+  const std::string& model = checkpoints().mtp;
+  const auto ps = prompts(10, 4);
+  const auto params = mixed_limits(ps.size());
+  const auto plain = run(EngineOptions{}, ps, params, model);
+  for (int k : {1, 3}) {
+    EngineOptions o;
+    o.speculative_config = mtp(k);
+    LLMEngine engine(model, o);
+    EXPECT_EQ(run(engine, ps, params), plain) << "k " << k;
+    const SpecDecodeStats s = engine.stats().spec_decode;
+    EXPECT_GT(s.num_accepted_tokens, 50) << s.num_drafts << " drafts";
+    EXPECT_GT(s.num_draft_tokens - s.num_accepted_tokens, 20) << s.num_drafts << " drafts";
+  }
+}
+
+TEST(V4Mtp, ChunkedPrefillPreemptionAndSmallBlocksEqualPlain) {
+  const std::string& model = checkpoints().mtp;
+  const auto ps = prompts(10, 5);
+  const std::vector<SamplingParams> params = {test::greedy(48)};
+  const auto plain = run(EngineOptions{}, ps, params, model);
+  EngineOptions o;
+  o.max_num_batched_tokens = 7;
+  o.block_size = 64;
+  o.max_model_len = 96;
+  o.speculative_config = mtp(4);
+  {
+    LLMEngine probe(model, o);
+    o.kv_cache_memory = probe.kv_cache().plan().reserved_bytes_per_sequence(96);
+  }
+  LLMEngine engine(model, o);
+  EXPECT_EQ(run(engine, ps, params), plain);
+  EXPECT_GT(engine.stats().num_preemptions, 0);
+  expect_mixed_acceptance(engine);
+}
+
+// What the MTP block computed in a run: its logits per (request, position)
+// and its drafts per (request, tokens so far).
+struct MtpRecord {
+  std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
+  std::map<std::pair<std::string, int64_t>, std::vector<int32_t>> drafts;
+  void observe(LLMEngine& engine) {
+    MtpProposer::Observer o;
+    o.logits = [this](const std::string& id, int64_t pos, const float* row, int64_t vocab) {
+      logits[{id, pos}].assign(row, row + vocab);
+    };
+    o.drafts = [this](const std::string& id, int64_t n, std::span<const int32_t> d) {
+      drafts[{id, n}].assign(d.begin(), d.end());
+    };
+    engine.set_mtp_observer(std::move(o));
+  }
+};
+
+TEST(V4Mtp, PrefixCacheHitsEqualPlainAndKeepTheBlocksEntries) {
+  // Round 2 reuses round 1's prompts cut inside or at the end of a block
+  // and continued otherwise: blocks are hit whose successor token differs
+  // (the last hit block is recomputed). Its output, MTP logits at every
+  // position it computes and drafts equal a run without the prefix cache.
+  const std::string& model = checkpoints().mtp;
+  std::mt19937 rng(9);
+  std::vector<std::vector<int32_t>> first, second;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p(200 + rng() % 60);
+    for (int32_t& t : p) t = 3 + static_cast<int32_t>(rng() % 500);
+    first.push_back(p);
+    p.resize(p.size() - p.size() / 4);
+    for (int j = 0; j < 9; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+    second.push_back(p);
+  }
+  EngineOptions o;
+  o.block_size = 64;
+  o.speculative_config = mtp(3);
+  LLMEngine cached(model, o);
+  run(cached, first, {test::greedy(12)});
+  const auto hits_before = cached.stats().prefix_cache_hit_tokens;
+  MtpRecord with_hits, without;
+  with_hits.observe(cached);
+  const auto a = run(cached, second, {test::greedy(16)});
+  EXPECT_GT(cached.stats().prefix_cache_hit_tokens - hits_before, 100);
+  o.enable_prefix_caching = false;
+  LLMEngine fresh(model, o);
+  without.observe(fresh);
+  EXPECT_EQ(run(fresh, second, {test::greedy(16)}), a);
+  EngineOptions plain_options;
+  plain_options.enable_prefix_caching = false;
+  EXPECT_EQ(run(plain_options, second, {test::greedy(16)}, model), a);
+  ASSERT_FALSE(with_hits.logits.empty());
+  for (const auto& [key, row] : with_hits.logits) {
+    const auto it = without.logits.find(key);
+    ASSERT_NE(it, without.logits.end()) << key.first << " position " << key.second;
+    float max_abs = 0, max_diff = 0;
+    for (size_t v = 0; v < row.size(); ++v) {
+      max_abs = std::max(max_abs, std::abs(it->second[v]));
+      max_diff = std::max(max_diff, std::abs(row[v] - it->second[v]));
+    }
+    EXPECT_LE(max_diff, 1e-5f * max_abs) << "request " << key.first << " position " << key.second;
+  }
+  EXPECT_EQ(with_hits.drafts, without.drafts);
+}
+
+TEST(V4Mtp, RandomizedInvariants) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 3; ++trial) {
+    EngineOptions o;
+    o.block_size = 64 << (rng() % 3);
+    o.max_num_batched_tokens = 4 + static_cast<int32_t>(rng() % 40);
+    o.max_model_len = 96;
+    o.speculative_config = mtp(1 + static_cast<int>(rng() % 5));
+    o.speculative_config->adaptive = rng() % 2 == 0;
+    {
+      LLMEngine probe(checkpoints().mtp, o);
+      o.kv_cache_memory = probe.kv_cache().plan().reserved_bytes_per_sequence(96) *
+                          (1 + static_cast<int64_t>(rng() % 4));
+    }
+    LLMEngine engine(checkpoints().mtp, o);
+    const auto ps = prompts(8, 20 + trial);
     std::vector<SamplingParams> params;
     for (size_t i = 0; i < ps.size(); ++i) {
       SamplingParams p = test::greedy(1 + static_cast<int>(rng() % 50));
