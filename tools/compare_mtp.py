@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks `pagoda logits --mtp-out` (DeepSeek's MTP layer as the `mtp`
-speculative proposer runs it) against tools/deepseek_reference.py.
+speculative proposer runs it) against tools/deepseek_reference.py (V3,
+V3.2) or tools/deepseek_v4_reference.py (V4).
 
 * MTP logits: the engine's row at position t (the layer on the main
   model's hidden state at t and token t+1, predicting t+2) must match the
@@ -22,6 +23,7 @@ import sys
 import numpy as np
 
 from deepseek_reference import DeepseekReference
+from deepseek_v4_reference import DeepseekV4Reference
 
 
 def main():
@@ -35,7 +37,8 @@ def main():
     a = ap.parse_args()
     got = json.load(open(a.pagoda_json))
     ids, rows = got["ids"], np.array(got["mtp_logits"], dtype=np.float64)
-    m = DeepseekReference(a.model)
+    arch = (json.load(open(f"{a.model}/config.json")).get("architectures") or [""])[0]
+    m = (DeepseekV4Reference if arch == "DeepseekV4ForCausalLM" else DeepseekReference)(a.model)
     ref = m.mtp_logits(ids)
     ok = True
     if not len(ref) - a.max_missing <= len(rows) <= len(ref):

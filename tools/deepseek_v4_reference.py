@@ -295,7 +295,7 @@ class DeepseekV4Reference:
         self.D, self.H, self.hd = c["hidden_size"], c["num_attention_heads"], c["head_dim"]
         self.rd = c["qk_rope_head_dim"]
         self.L = c["num_hidden_layers"]
-        self.ratios = list(c["compress_ratios"])[: self.L]
+        self.ratios = list(c["compress_ratios"])  # the stack's, then the MTP blocks'
         self.W = c["sliding_window"]
         self.G, self.ol = c["o_groups"], c["o_lora_rank"]
         self.HI, self.DI = c["index_n_heads"], c["index_head_dim"]
@@ -375,6 +375,10 @@ class DeepseekV4Reference:
     def _norm(self, x, name):
         return self._rms(x, self.W_(name))
 
+    def lp(self, layer):
+        """The tensor prefix of block `layer`: the stack's, then the MTP blocks'."""
+        return f"layers.{layer}." if layer < self.L else f"mtp.{layer - self.L}."
+
     def freq(self, layer):
         return self.freq_comp if self.ratios[layer] else self.freq_swa
 
@@ -395,7 +399,7 @@ class DeepseekV4Reference:
     # ---- attention pieces (spec §3.2.2 - §3.2.4) ------------------------
     def attn_qkv(self, a, layer, pos):
         """c_q [T, q_lora], q [T, H, hd] (per-head RMS, RoPE), kv [T, hd] (RoPE)."""
-        p, f = f"layers.{layer}.attn.", self.freq(layer)
+        p, f = self.lp(layer) + "attn.", self.freq(layer)
         c_q = self._norm(self._mm(a, p + "wq_a.weight"), p + "q_norm.weight")
         q = self._rms(self._mm(c_q, p + "wq_b.weight").reshape(len(pos), self.H, self.hd))
         q = rope_last(q, pos, f)
@@ -434,7 +438,7 @@ class DeepseekV4Reference:
         return out
 
     def indexer_q(self, c_q, a, layer, pos):
-        p = f"layers.{layer}.attn.indexer."
+        p = self.lp(layer) + "attn.indexer."
         qI = rope_last(self._mm(c_q, p + "wq_b.weight").reshape(len(pos), self.HI, self.DI), pos, self.freq(layer))
         if self.hadamard_on:
             qI = qI @ self.Hd
@@ -454,7 +458,7 @@ class DeepseekV4Reference:
 
     def out_proj(self, o, layer):
         """Grouped low-rank output (spec §3.2.2): o [T, H, hd] -> [T, dim]."""
-        p = f"layers.{layer}.attn."
+        p = self.lp(layer) + "attn."
         T = o.shape[0]
         og = o.reshape(T, self.G, self.H // self.G * self.hd)
         wa = self.W_(p + "wo_a.weight").reshape(self.G, self.ol, -1)
@@ -469,7 +473,7 @@ class DeepseekV4Reference:
         entry_override(main_entries) -> main_entries: test hook (NaN test)."""
         T = a.shape[0]
         pos = np.arange(pos0, pos0 + T)
-        p = f"layers.{layer}.attn."
+        p = self.lp(layer) + "attn."
         r = self.ratios[layer]
         c_q, q, kv = self.attn_qkv(a, layer, pos)
         tr = self.trace.setdefault(layer, {})
@@ -505,7 +509,7 @@ class DeepseekV4Reference:
 
     # ---- MoE (spec §3.2.6) ---------------------------------------------
     def route(self, a, ids, layer, prefix=None):
-        p = prefix or f"layers.{layer}.ffn."
+        p = prefix or self.lp(layer) + "ffn."
         z = a @ self.W_(p + "gate.weight").T
         sig = np.sqrt(np.logaddexp(0.0, z))
         if p + "gate.tid2eid" in self.w:
@@ -524,7 +528,7 @@ class DeepseekV4Reference:
         return silu(g) * u
 
     def moe(self, a, ids, layer):
-        p = f"layers.{layer}.ffn."
+        p = self.lp(layer) + "ffn."
         sel, wts, sig = self.route(a, ids, layer)
         self.trace.setdefault(layer, {}).update(sel=sel, wts=wts, sig=sig, ffn_in=a)
         y = np.zeros_like(a)
@@ -549,10 +553,10 @@ class DeepseekV4Reference:
         m = (u @ self.W_(prefix + "hc_head_fn").T) * r[:, None]
         pre = sigmoid(m * self.W_(prefix + "hc_head_scale")[0] + self.W_(prefix + "hc_head_base")) + self.hc_eps
         y = np.einsum("tk,tkd->td", pre, X)
-        return self._mm(self._norm(y, "norm.weight"), "head.weight")
+        return self._mm(self._norm(y, prefix + "norm.weight"), "head.weight")
 
     def layer(self, X, ids, i, attn_fn):
-        p = f"layers.{i}."
+        p = self.lp(i)
         pre, post, C = self.hc_coeffs(X, p, "attn")
         a = self._norm(np.einsum("tk,tkd->td", pre, X), p + "attn_norm.weight")
         X = hc_post(attn_fn(a), X, post, C)
@@ -587,6 +591,56 @@ class DeepseekV4Reference:
             out.append(int(np.argmax(last)))
             last = dec.step(out[-1])
         return out
+
+
+    # ---- MTP (spec §3.2.7) ----------------------------------------------
+    def mtp_block(self, tokens, prev_X, pos):
+        """The MTP block's output streams [T, hc, dim] for the pairs
+        (prev_X[t]: the main model's final streams at position pos[t], before
+        hc_head; tokens[t]: the token at pos[t] + 1) at positions pos =
+        0..T-1, attending causally to each other through the block's window:
+        X0 = h_proj(hnorm(each stream)) + e_proj(enorm(Embed(token)))
+        broadcast over the streams (the embedding zeroed at position 0, as
+        vLLM does), then the block (SWA attention, biased MoE, own hc params)."""
+        if not self.cfg.get("num_nextn_predict_layers"):
+            raise ValueError("the checkpoint has no MTP block (num_nextn_predict_layers 0)")
+        L, p = self.L, self.lp(self.L)
+        if self.ratios[L]:
+            raise ValueError(f"MTP block ratio {self.ratios[L]}: spec §3.2.7 has SWA only")
+        tokens = np.asarray(tokens, dtype=np.int64)
+        e = self.w["embed.weight"][tokens].astype(np.float64)
+        e[np.asarray(pos) == 0] = 0.0
+        x0 = self._mm(self._norm(prev_X, p + "hnorm.weight"), p + "h_proj.weight")
+        x0 = x0 + self._mm(self._norm(e, p + "enorm.weight"), p + "e_proj.weight")[:, None, :]
+        return self.layer(x0, tokens, L, lambda a: self.attention(a, L))
+
+    def mtp_head(self, X):
+        """Logits from MTP streams: its own hc_head and norm, the shared head."""
+        return self.head(X, prefix=self.lp(self.L))
+
+    def mtp_logits(self, ids):
+        """[len(ids) - 1, vocab]: row t predicts token t + 2 from (X_t, ids[t+1])."""
+        ids = np.asarray(ids, dtype=np.int64)
+        X = self.streams(ids)
+        return self.mtp_head(self.mtp_block(ids[1:], X[:-1], np.arange(len(ids) - 1)))
+
+    def mtp_propose(self, ids, k):
+        """k greedy drafts after ids, chaining the MTP block (draft j + 1 from
+        the block's own output streams at the previous position and draft
+        j); also the logits row of each."""
+        ids = np.asarray(ids, dtype=np.int64)
+        X = self.streams(ids)
+        tokens, prev = list(ids[1:]), list(X[:-1])
+        drafts, rows = [], []
+        for _ in range(k):
+            x = self.mtp_block(np.array(tokens), np.array(prev), np.arange(len(tokens)))
+            row = self.mtp_head(x[-1:])[0]
+            d = int(np.argmax(row))
+            drafts.append(d)
+            rows.append(row)
+            tokens.append(d)
+            prev.append(x[-1])
+        return drafts, rows
 
 
 class CompressorStateMachine:

@@ -59,6 +59,17 @@ are written in 128-row chunks (little RAM; --fp8 --fp4-experts: 3.0 GB
 on disk, ~2 minutes). Tokenizer: Llama 3's (vocab 128256 < 129280; use
 token-id prompts).
 
+--mtp-copy S: an MTP block that predicts what the main model will (for
+acceptance tests of the `mtp` proposer): every residual branch's output
+projection (attn.wo_b, experts' and shared experts' w2, in the stack and
+the MTP block) and the MTP block's h_proj are scaled by S, so with small S
+the main model is nearly a bigram model (the doubly stochastic stream
+mixing keeps every stream ~ the embedding: next token ~ argmax
+head(norm(embed(token)))); the MTP block gets e_proj = I, enorm = 1 and
+its norm = the model's norm, so from (X_t, token t+1) it predicts ~ the
+bigram successor of token t+1, the main model's next prediction. Drafts
+are then mostly (not always: the S-sized terms differ) accepted.
+
 Random weights (spec §6.2: non-trivial everywhere): linear N(0, 1/sqrt(in));
 norms 1 + 0.1 N; embed N(0, 1); head N(0, 2/sqrt(hidden)); attn_sink
 N(0, 1); compressor ape N(0, 0.5) (spread the per-dim softmax gates);
@@ -253,10 +264,35 @@ def tensor_list(c):
     return out
 
 
+def mtp_copy_spec(spec, scale):
+    """--mtp-copy: one tensor_list entry rewritten (see the module doc)."""
+    name, shape, kind, std, quant = spec
+    if name.endswith(("attn.wo_b.weight", ".w2.weight")) or name.endswith("h_proj.weight"):
+        return name, shape, kind, std * scale, quant
+    if name.endswith("e_proj.weight"):
+        return name, shape, "eye", 0.0, quant
+    if name.endswith("enorm.weight"):
+        return name, shape, "ones", 0.0, quant
+    if name.startswith("mtp.") and name.endswith(".norm.weight") and name.count(".") == 3:
+        return name, shape, "norm_of:norm.weight", std, quant
+    return spec
+
+
 def draw(seed, name, kind, shape, std, c):
     """The values of one tensor, yielded in chunks of BLOCK rows (the FP8
     block height, so chunks quantise independently; --wide never holds a
     whole embedding in memory)."""
+    if kind.startswith("norm_of:"):  # --mtp-copy: another tensor's values
+        yield from draw(seed, kind[len("norm_of:"):], "norm", shape, std, c)
+        return
+    if kind == "ones":
+        yield np.ones(shape, dtype=np.float32)
+        return
+    if kind == "eye":
+        for r in range(0, shape[0], BLOCK):
+            n = min(BLOCK, shape[0] - r)
+            yield np.eye(shape[0], shape[1], dtype=np.float32)[r:r + n]
+        return
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     if kind == "tid2eid":
         E, k = c["n_routed_experts"], c["num_experts_per_tok"]
@@ -346,6 +382,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--compress-ratios", help="comma-separated, num_hidden_layers + MTP entries")
+    ap.add_argument("--mtp-copy", type=float, default=None, metavar="S",
+                    help="an MTP block built to predict the main model's next token (see above)")
     ints = {"vocab": "vocab_size", "hidden": "hidden_size", "window": "sliding_window", "heads": "num_attention_heads",
             "head_dim": "head_dim", "rope": "qk_rope_head_dim", "q_lora": "q_lora_rank", "o_groups": "o_groups",
             "o_lora": "o_lora_rank", "index_heads": "index_n_heads", "index_dim": "index_head_dim",
@@ -392,6 +430,10 @@ def main():
     if a.broken == "unknown-scale-fmt":
         c["quantization_config"]["scale_fmt"] = "ue4m3"
     specs = tensor_list(c)
+    if a.mtp_copy is not None:
+        if not p["mtp"]:
+            ap.error("--mtp-copy needs an MTP block")
+        specs = [mtp_copy_spec(spec, a.mtp_copy) for spec in specs]
 
     os.makedirs(a.out, exist_ok=True)
     float_dt = {"f32": "F32", "bf16": "BF16"}[a.dtype]

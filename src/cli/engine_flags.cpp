@@ -133,7 +133,7 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o) {
       "prompt_lookup_min), verified in the same step; '{\"method\": \"draft_model\", "
       "\"model\": DIR, \"num_speculative_tokens\": 3}' drafts with a smaller checkpoint "
       "that shares the target's tokenizer (its K/V in the same pool); '{\"method\": \"mtp\", "
-      "\"num_speculative_tokens\": 2}' drafts with a DeepSeek V3/V3.2 checkpoint's own MTP "
+      "\"num_speculative_tokens\": 2}' drafts with a DeepSeek V3/V3.2/V4 checkpoint's own MTP "
       "layer (num_nextn_predict_layers); greedy output is "
       "unchanged, sampled output keeps its distribution (rejection sampling). \"adaptive\": "
       "false keeps drafting for requests whose acceptance is below the break-even");

@@ -238,7 +238,7 @@ void LLMEngine::init_speculation(const SpeculativeConfig& c) {
       if (!model_->has_mtp_layer()) {
         throw_input_error(
             "--speculative-config: method mtp needs a checkpoint with an MTP layer the engine "
-            "runs (DeepSeek V3/V3.2 with num_nextn_predict_layers >= 1); {} has none",
+            "runs (DeepSeek V3/V3.2/V4 with num_nextn_predict_layers >= 1); {} has none",
             model_->config().architecture);
       }
       // The layer's passes run on rank 0 alone.
@@ -293,15 +293,14 @@ void LLMEngine::init_after_load(const std::string& model_dir, const EngineOption
   KVCachePlan& plan = *plan_out;
   plan = kv_cache_plan(*model_, options, proposer_caches);
   // Rejected drafts are rolled back by counting their positions as not
-  // computed: right for caches with one entry per position, not for
-  // compressed entries folded from several positions (DeepSeek V4).
-  for (const KVCacheGroup& g : plan.groups) {
-    if (proposer_ && g.spec.compress_ratio != 1) {
-      throw_input_error("--speculative-config: {} has compressed KV caches ({}), whose entries "
-                        "cannot roll back rejected drafts; speculative decoding is not supported",
-                        model_->config().model_type, g.spec.format);
-    }
-  }
+  // computed, which is right for every cache here, DeepSeek V4's compressed
+  // ones included: all are indexed by position (a compressed entry i sits
+  // at a fixed slot and is visible to query t only once (i + 1) * r <= t + 1;
+  // the compressor's rolling state is a window of per-position rows), and a
+  // step writes its tokens' rows and the entries they complete before any
+  // query reads them. So a rejected draft's K/V, state rows and entries are
+  // rewritten by the accepted token's step before a query can see them
+  // (tests/engine/test_v4_speculation.cpp).
   // Pools of different page granularity need different block counts: each
   // gets its share of the budget by what one max_model_len sequence needs
   // from it (size_kv_pools).

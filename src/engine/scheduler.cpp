@@ -34,7 +34,9 @@ void Scheduler::insert_waiting_by_priority(Request* request) {
 }
 
 bool Scheduler::ensure_blocks(Request* request, int64_t num_tokens) {
-  return kv_.allocate(request->kv, request->num_computed_tokens, num_tokens);
+  // A sliding group's pages stay while a proposer that keeps K/V still has
+  // positions to compute that read them (a draft model catching up).
+  return kv_.allocate(request->kv, num_cacheable_tokens(request), num_tokens);
 }
 
 int64_t Scheduler::tokens_to_schedule(const Request* request, int64_t budget,

@@ -87,6 +87,19 @@ struct Layer {
   bool has_shared = false;
 };
 
+// The MTP block (spec §3.2.7): X0 = h_proj(hnorm(each stream of the main
+// model's final streams)) + e_proj(enorm(Embed(token t + 1))), a decoder
+// block with SWA-only attention, its own hc_head and norm; embedding and
+// head shared.
+struct MtpBlock {
+  ops::Matrix e_proj, h_proj;
+  const float* enorm = nullptr;
+  const float* hnorm = nullptr;
+  const float* norm = nullptr;
+  HyperConnection hc_head;
+  Layer block;
+};
+
 struct Workspace {
   std::vector<float> X, X_next, y, a, o, post, C;
   std::vector<float> q_a, q, kv, attn, grouped, z;
@@ -172,35 +185,62 @@ class DeepseekV4Model final : public CausalLM {
   int32_t default_block_size() const override { return 256; }
 
   int64_t weight_bytes_per_step() const override {
-    auto bytes = [](const ops::Matrix& m) { return m.data ? matrix_bytes(m) : int64_t{0}; };
-    auto expert_bytes = [&](const ops::MoeExpert& e) {
-      return bytes(e.gate) + bytes(e.up) + bytes(e.down);
-    };
-    int64_t total = bytes(vocab_.head());
-    for (const Layer& w : layers_) {
-      for (const ops::Matrix* m : {&w.wq_a, &w.wq_b, &w.wkv, &w.wo_b, &w.router}) {
-        total += bytes(*m);
-      }
-      for (const ops::Matrix& m : w.wo_a) total += bytes(m);
-      total += v4_.num_experts_per_tok * expert_bytes(w.experts.front());
-      if (w.has_shared) total += expert_bytes(w.shared);
-    }
+    int64_t total = matrix_bytes(vocab_.head());
+    for (const Layer& w : layers_) total += layer_bytes_per_token(w);
     return total;
   }
 
   std::string load_notes() const override {
     if (mtp_bytes_ == 0) return "";
-    return fmt::format("MTP layer loaded ({:.1f} MiB), not run", mtp_bytes_ / 1048576.0);
+    return fmt::format("MTP layer ({:.1f} MiB) {}", mtp_bytes_ / 1048576.0,
+                       mtp_ ? "drafts (speculative decoding)" : "not run");
   }
 
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
+
+  // MTP (spec §3.2.7): the block's only cache is a stack SWA layer's window.
+  bool has_mtp_layer() const override { return v4_.num_nextn_predict_layers > 0; }
+  void enable_mtp() override;
+  std::vector<LayerKVCache> mtp_kv_cache_specs(DType kv_dtype) const override {
+    for (const LayerKVCache& c : kv_cache_specs(kv_dtype)) {
+      if (c.name == "swa") return {{0, c.name, c.spec}};
+    }
+    return {};
+  }
+  // The hc streams of every token's final stream tensor, before hc_head.
+  int64_t mtp_hidden_size() const override { return v4_.hc_mult * config_.hidden_size; }
+  const float* mtp_hidden_states() const override { return mtp_ ? mtp_hidden_.data() : nullptr; }
+  void mtp_forward(const BatchMetadata& batch, const float* hidden, const KVCacheView& kv,
+                   float* logits, float* hidden_out) override;
+  // One MTP pass of one token: e_proj, h_proj (per stream: the same bytes),
+  // its block and the shared head.
+  int64_t mtp_weight_bytes_per_step() const override {
+    if (!mtp_) return 0;
+    return matrix_bytes(mtp_->e_proj) + matrix_bytes(mtp_->h_proj) +
+           layer_bytes_per_token(mtp_->block) + matrix_bytes(vocab_.head());
+  }
 
  private:
   void init_rope();
   void load();
   void load_attention(const std::string& p, Layer& w);
   void load_moe(const std::string& p, Layer& w);
+  // A decoder block (layers.{l}. or mtp.{m}.) of compress ratio `ratio`.
+  void load_layer(const std::string& p, int64_t ratio, Layer& w);
   int64_t check_mtp();
+  // Weight bytes one token reads in a block: its dense matrices, the
+  // shared expert and num_experts_per_tok routed ones.
+  int64_t layer_bytes_per_token(const Layer& w) const;
+  // Per-step setup of the workspace for a batch.
+  void begin_step(const BatchMetadata& batch);
+  // One decoder block over the streams ws_.X (spec §3.2.1): attention
+  // then MoE, each between its hc collapse and expand.
+  void run_block(Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
+                 int64_t tokens);
+  // logits of the rows `rows` of the streams ws_.X through hc_head, norm
+  // and the shared head.
+  void head_logits(const std::vector<int32_t>& rows, HyperConnection& hc_head, const float* norm,
+                   float* logits);
   void reserve(int64_t tokens);
   void attention(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
                  int64_t tokens);
@@ -235,6 +275,8 @@ class DeepseekV4Model final : public CausalLM {
   bool indexer_chosen() const { return indexer_choice_ != DType::F32; }
   DType indexer_dtype(DType kv_dtype) const { return indexer_chosen() ? indexer_choice_ : kv_dtype; }
   int64_t mtp_bytes_ = 0;
+  std::unique_ptr<MtpBlock> mtp_;  // enable_mtp
+  std::vector<float> mtp_hidden_;  // [tokens of the last forward, hc, hidden]
   Workspace ws_;
   int64_t capacity_ = 0;
 };
@@ -259,18 +301,34 @@ void DeepseekV4Model::load() {
   routing_.routed_scaling_factor = static_cast<float>(v4_.routed_scaling_factor);
   layers_.resize(config_.num_hidden_layers);
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    Layer& w = layers_[l];
-    w.ratio = v4_.compress_ratio(l);
-    w.hc_attn = HyperConnection(weights_, p + "hc_attn", hc_);
-    w.hc_ffn = HyperConnection(weights_, p + "hc_ffn", hc_);
-    w.attn_norm = weights_.vector(p + "attn_norm.weight", h);
-    w.ffn_norm = weights_.vector(p + "ffn_norm.weight", h);
-    load_attention(p + "attn.", w);
-    load_moe(p + "ffn.", w);
+    load_layer("layers." + std::to_string(l) + ".", v4_.compress_ratio(l), layers_[l]);
   }
   mtp_bytes_ = check_mtp();
   vocab_.prepare(options_);
+}
+
+void DeepseekV4Model::load_layer(const std::string& p, int64_t ratio, Layer& w) {
+  const int64_t h = config_.hidden_size;
+  w.ratio = ratio;
+  w.hc_attn = HyperConnection(weights_, p + "hc_attn", hc_);
+  w.hc_ffn = HyperConnection(weights_, p + "hc_ffn", hc_);
+  w.attn_norm = weights_.vector(p + "attn_norm.weight", h);
+  w.ffn_norm = weights_.vector(p + "ffn_norm.weight", h);
+  load_attention(p + "attn.", w);
+  load_moe(p + "ffn.", w);
+}
+
+int64_t DeepseekV4Model::layer_bytes_per_token(const Layer& w) const {
+  auto bytes = [](const ops::Matrix& m) { return m.data ? matrix_bytes(m) : int64_t{0}; };
+  auto expert_bytes = [&](const ops::MoeExpert& e) {
+    return bytes(e.gate) + bytes(e.up) + bytes(e.down);
+  };
+  int64_t total = 0;
+  for (const ops::Matrix* m : {&w.wq_a, &w.wq_b, &w.wkv, &w.wo_b, &w.router}) total += bytes(*m);
+  for (const ops::Matrix& m : w.wo_a) total += bytes(m);
+  total += v4_.num_experts_per_tok * expert_bytes(w.experts.front());
+  if (w.has_shared) total += expert_bytes(w.shared);
+  return total;
 }
 
 void DeepseekV4Model::load_attention(const std::string& p, Layer& w) {
@@ -347,8 +405,8 @@ void DeepseekV4Model::load_moe(const std::string& p, Layer& w) {
   }
 }
 
-// The MTP block is loaded (checked present, counted), not run: its tensors
-// stay in the mapping.
+// The MTP blocks are checked present and counted at load; enable_mtp
+// loads the first for the `mtp` proposer.
 int64_t DeepseekV4Model::check_mtp() {
   int64_t bytes = 0;
   for (int64_t m = 0; m < v4_.num_nextn_predict_layers; ++m) {
@@ -363,6 +421,30 @@ int64_t DeepseekV4Model::check_mtp() {
     }
   }
   return bytes;
+}
+
+void DeepseekV4Model::enable_mtp() {
+  if (!has_mtp_layer()) {
+    throw_input_error("{}: the checkpoint has no MTP block (num_nextn_predict_layers is 0)",
+                      checkpoint_->dir());
+  }
+  if (mtp_) return;
+  const int64_t h = config_.hidden_size, ratio = v4_.compress_ratio(config_.num_hidden_layers);
+  if (ratio != 0) {  // spec §3.2.7: the MTP block attends to its window only
+    throw_input_error("{}/config.json: compress_ratios gives the MTP block ratio {}; the mtp "
+                      "proposer runs only a sliding-window MTP block (ratio 0)",
+                      checkpoint_->dir(), ratio);
+  }
+  const std::string p = "mtp.0.";
+  auto m = std::make_unique<MtpBlock>();
+  m->e_proj = prepare_linear(weights_, weights_.matrix(p + "e_proj.weight", h, h), options_);
+  m->h_proj = prepare_linear(weights_, weights_.matrix(p + "h_proj.weight", h, h), options_);
+  m->enorm = weights_.vector(p + "enorm.weight", h);
+  m->hnorm = weights_.vector(p + "hnorm.weight", h);
+  m->norm = weights_.vector(p + "norm.weight", h);
+  m->hc_head = HyperConnection(weights_, p + "hc_head", hc_, /*head=*/true);
+  load_layer(p, 0, m->block);
+  mtp_ = std::move(m);
 }
 
 void DeepseekV4Model::reserve(int64_t tokens) {
@@ -665,10 +747,8 @@ void DeepseekV4Model::moe(const Layer& w, const BatchMetadata& batch, int64_t to
   std::memcpy(ws.o.data(), ws.moe_out.data(), tokens * h * sizeof(float));
 }
 
-void DeepseekV4Model::forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) {
-  const int64_t tokens = batch.num_tokens(), h = config_.hidden_size, hc = v4_.hc_mult;
-  const auto eps = static_cast<float>(config_.rms_norm_eps);
-  PAGODA_CHECK(kv.layers.size() == layers_.size(), "kv layers {}", kv.layers.size());
+void DeepseekV4Model::begin_step(const BatchMetadata& batch) {
+  const int64_t tokens = batch.num_tokens();
   reserve(tokens);
   Workspace& ws = ws_;
   ws.window_slots_group = -1;
@@ -676,6 +756,46 @@ void DeepseekV4Model::forward(const BatchMetadata& batch, const KVCacheView& kv,
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) ws.seq_of[t] = s;
   }
+}
+
+void DeepseekV4Model::run_block(Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
+                                size_t layer, int64_t tokens) {
+  Workspace& ws = ws_;
+  const int64_t h = config_.hidden_size;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  w.hc_attn.collapse(ws.X.data(), tokens, ws.y.data(), &ws.post, &ws.C);
+  ops::rms_norm(ws.y.data(), w.attn_norm, tokens, h, eps, ws.a.data());
+  attention(w, batch, kv, layer, tokens);
+  w.hc_attn.expand(ws.o.data(), ws.X.data(), tokens, ws.post, ws.C, ws.X_next.data());
+  std::swap(ws.X, ws.X_next);
+  w.hc_ffn.collapse(ws.X.data(), tokens, ws.y.data(), &ws.post, &ws.C);
+  ops::rms_norm(ws.y.data(), w.ffn_norm, tokens, h, eps, ws.a.data());
+  moe(w, batch, tokens);
+  w.hc_ffn.expand(ws.o.data(), ws.X.data(), tokens, ws.post, ws.C, ws.X_next.data());
+  std::swap(ws.X, ws.X_next);
+}
+
+void DeepseekV4Model::head_logits(const std::vector<int32_t>& rows_wanted,
+                                  HyperConnection& hc_head, const float* norm, float* logits) {
+  Workspace& ws = ws_;
+  const int64_t h = config_.hidden_size, hc = v4_.hc_mult;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const auto rows = static_cast<int64_t>(rows_wanted.size());
+  ws.selected.resize(static_cast<size_t>(rows * hc * h));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(ws.selected.data() + r * hc * h, ws.X.data() + int64_t{rows_wanted[r]} * hc * h,
+                hc * h * sizeof(float));
+  }
+  hc_head.collapse(ws.selected.data(), rows, ws.y.data());
+  ops::rms_norm(ws.y.data(), norm, rows, h, eps, ws.y.data());
+  vocab_.logits(ws.y.data(), rows, logits);
+}
+
+void DeepseekV4Model::forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) {
+  const int64_t tokens = batch.num_tokens(), h = config_.hidden_size, hc = v4_.hc_mult;
+  PAGODA_CHECK(kv.layers.size() == layers_.size(), "kv layers {}", kv.layers.size());
+  begin_step(batch);
+  Workspace& ws = ws_;
   // Every stream starts as the token's embedding.
   vocab_.embed(batch.token_ids.data(), tokens, ws.y.data());
   for (int64_t t = 0; t < tokens; ++t) {
@@ -683,29 +803,47 @@ void DeepseekV4Model::forward(const BatchMetadata& batch, const KVCacheView& kv,
       std::memcpy(ws.X.data() + (t * hc + k) * h, ws.y.data() + t * h, h * sizeof(float));
     }
   }
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    Layer& w = layers_[i];
-    w.hc_attn.collapse(ws.X.data(), tokens, ws.y.data(), &ws.post, &ws.C);
-    ops::rms_norm(ws.y.data(), w.attn_norm, tokens, h, eps, ws.a.data());
-    attention(w, batch, kv, i, tokens);
-    w.hc_attn.expand(ws.o.data(), ws.X.data(), tokens, ws.post, ws.C, ws.X_next.data());
-    std::swap(ws.X, ws.X_next);
-    w.hc_ffn.collapse(ws.X.data(), tokens, ws.y.data(), &ws.post, &ws.C);
-    ops::rms_norm(ws.y.data(), w.ffn_norm, tokens, h, eps, ws.a.data());
-    moe(w, batch, tokens);
-    w.hc_ffn.expand(ws.o.data(), ws.X.data(), tokens, ws.post, ws.C, ws.X_next.data());
-    std::swap(ws.X, ws.X_next);
-  }
+  for (size_t i = 0; i < layers_.size(); ++i) run_block(layers_[i], batch, kv, i, tokens);
+  if (mtp_) mtp_hidden_.assign(ws.X.begin(), ws.X.begin() + tokens * hc * h);
   // The head: only the rows whose logits are wanted.
-  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
-  ws.selected.resize(static_cast<size_t>(rows * hc * h));
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(ws.selected.data() + r * hc * h,
-                ws.X.data() + int64_t{batch.logits_indices[r]} * hc * h, hc * h * sizeof(float));
+  head_logits(batch.logits_indices, hc_head_, final_norm_, logits);
+}
+
+void DeepseekV4Model::mtp_forward(const BatchMetadata& batch, const float* hidden,
+                                  const KVCacheView& kv, float* logits, float* hidden_out) {
+  PAGODA_CHECK(mtp_, "mtp_forward before enable_mtp");
+  PAGODA_CHECK(comm_.size() == 1, "the MTP block runs on a single rank");
+  PAGODA_CHECK(kv.layers.size() == layers_.size() + 1, "kv layers {} (the MTP block's last)",
+               kv.layers.size());
+  const int64_t tokens = batch.num_tokens(), h = config_.hidden_size, hc = v4_.hc_mult;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  begin_step(batch);
+  Workspace& ws = ws_;
+  MtpBlock& m = *mtp_;
+  // e_proj(enorm(e)), e the embedding of token t + 1, zeroed at position 0
+  // as vLLM does (as for V3).
+  vocab_.embed(batch.token_ids.data(), tokens, ws.y.data());
+  ops::rms_norm(ws.y.data(), m.enorm, tokens, h, eps, ws.a.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (batch.positions[t] == 0) std::fill_n(ws.a.data() + t * h, h, 0.0f);
   }
-  hc_head_.collapse(ws.selected.data(), rows, ws.y.data());
-  ops::rms_norm(ws.y.data(), final_norm_, rows, h, eps, ws.y.data());
-  vocab_.logits(ws.y.data(), rows, logits);
+  ops::linear(ws.a.data(), tokens, m.e_proj, nullptr, ws.o.data());
+  // h_proj(hnorm(X[k])) for every stream k, plus the embedding term.
+  ops::rms_norm(hidden, m.hnorm, tokens * hc, h, eps, ws.X_next.data());
+  ops::linear(ws.X_next.data(), tokens * hc, m.h_proj, nullptr, ws.X.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* e = ws.o.data() + t * h;
+    for (int64_t k = 0; k < hc; ++k) {
+      float* x = ws.X.data() + (t * hc + k) * h;
+      for (int64_t j = 0; j < h; ++j) x[j] += e[j];
+    }
+  }
+  run_block(m.block, batch, kv, layers_.size(), tokens);
+  head_logits(batch.logits_indices, m.hc_head, m.norm, logits);
+  for (size_t r = 0; r < batch.logits_indices.size(); ++r) {  // the block's output streams
+    std::memcpy(hidden_out + r * hc * h, ws.X.data() + int64_t{batch.logits_indices[r]} * hc * h,
+                hc * h * sizeof(float));
+  }
 }
 
 }  // namespace

@@ -76,7 +76,8 @@ int64_t deepseek_v4_indexer_entry_bytes(int64_t head_dim, DType indexer_dtype);
 // page holds as many positions (a power of two, at most its window) as fit
 // in the page of the cache it feeds (the window page for the main state,
 // the indexer key page for the indexer's), so they share a page-size bucket.
-// MTP layers keep no cache (loaded, not run).
+// The MTP block's window cache is not here: CausalLM::mtp_kv_cache_specs
+// adds it when the `mtp` proposer runs the block.
 std::vector<LayerKVCache> deepseek_v4_kv_cache_specs(const ModelConfig& config,
                                                      const DeepseekV4Config& v4, DType kv_dtype,
                                                      DType indexer_dtype);

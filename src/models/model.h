@@ -153,16 +153,20 @@ class CausalLM {
   // adds to the plan after the model's own (the same specs as a stack
   // layer's, so they share its groups, block tables and slots).
   virtual std::vector<LayerKVCache> mtp_kv_cache_specs(DType /*kv_dtype*/) const { return {}; }
-  // [tokens of the last forward, hidden_size]: the main model's hidden
+  // Floats of one token's hidden state as the MTP layer takes it: the
+  // hidden size (DeepSeek V3), or hc_mult streams of it (V4).
+  virtual int64_t mtp_hidden_size() const { return config().hidden_size; }
+  // [tokens of the last forward, mtp_hidden_size]: the main model's hidden
   // state of each token as the MTP layer takes it (DeepSeek V3: after the
-  // final RMSNorm, as vLLM feeds it); null while MTP is off.
+  // final RMSNorm, as vLLM feeds it; V4: the final hc streams before
+  // hc_head, spec §3.2.7); null while MTP is off.
   virtual const float* mtp_hidden_states() const { return nullptr; }
   // Runs the MTP layer on the pairs (hidden[t], batch.token_ids[t]) at
   // batch.positions[t] (hidden_state of position p, token p + 1): writes
   // its K/V at the batch's slots (kv: the plan's layers, the model's and
   // then the MTP layer's), fills `logits` [logits_indices, vocab]
   // (each row predicts the token after batch.token_ids[t]) and `hidden_out`
-  // [logits_indices, hidden_size] with the layer's output at those rows,
+  // [logits_indices, mtp_hidden_size] with the layer's output at those rows,
   // the hidden input of a chained next draft. Single rank only.
   virtual void mtp_forward(const BatchMetadata& /*batch*/, const float* /*hidden*/,
                            const KVCacheView& /*kv*/, float* /*logits*/, float* /*hidden_out*/) {}

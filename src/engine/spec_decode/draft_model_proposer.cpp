@@ -32,16 +32,6 @@ DraftModelProposer::DraftModelProposer(const std::string& dir, const CausalLM& t
     throw_input_error("--speculative-config: the draft model: {}", e.what());
   }
   const ModelConfig& draft = model_->config();
-  // Drafts are rolled back by counting their positions as not computed,
-  // which a cache folding several positions into one entry cannot do.
-  for (const LayerKVCache& c : model_->kv_cache_specs(DType::F32)) {
-    if (c.spec.compress_ratio != 1) {
-      throw_input_error(
-          "--speculative-config: the draft model {} ({}) has compressed KV caches ({}), which "
-          "cannot roll back rejected drafts",
-          dir, draft.architecture, c.spec.format);
-    }
-  }
   const ModelConfig& config = target.config();
   if (draft.vocab_size != config.vocab_size) {
     throw_input_error(
@@ -83,6 +73,7 @@ std::vector<LayerKVCache> DraftModelProposer::kv_cache_specs(DType kv_dtype) con
 void DraftModelProposer::bind_kv_cache(const KVCachePlan& plan, KVCacheMemory& memory,
                                        int32_t first_layer, KVCacheManager& kv) {
   runner_ = std::make_unique<ModelRunner>(*model_, plan, memory, first_layer, comm_);
+  for (const KVCacheGroup& g : plan.groups) feeds_outputs_ = feeds_outputs_ || g.spec.sliding_window > 0;
   kv_ = &kv;
 }
 
@@ -101,15 +92,20 @@ void DraftModelProposer::propose(const ProposeStep& step) {
     int32_t k = p.num_drafts;
     // Pages up to the last draft fed (draft k is only predicted); when the
     // pool is short, one draft (pages up to the last token), else none.
-    if (k > 0 && !kv_->allocate(r.kv, r.num_computed_tokens, n + k - 1)) {
-      k = kv_->allocate(r.kv, r.num_computed_tokens, n) ? 1 : 0;
-    }
+    // (Sliding groups keep the pages the positions it still feeds read.)
     const int64_t start = r.num_proposer_computed_tokens;
+    const int64_t first_needed = std::min(start, r.num_computed_tokens);
+    if (k > 0 && !kv_->allocate(r.kv, first_needed, n + k - 1)) {
+      k = kv_->allocate(r.kv, first_needed, n) ? 1 : 0;
+    }
     // Drafting: up to the last token; else the prompt as far as the target
-    // computed it (header).
-    const int64_t prompt_computed =
-        std::min<int64_t>(r.num_computed_tokens, static_cast<int64_t>(r.prompt_ids.size()));
-    const int64_t end = k > 0 ? n : std::max(start, prompt_computed);
+    // computed it, or every computed token for a draft with sliding
+    // windows (header).
+    const int64_t computed =
+        feeds_outputs_ ? r.num_computed_tokens
+                       : std::min<int64_t>(r.num_computed_tokens,
+                                           static_cast<int64_t>(r.prompt_ids.size()));
+    const int64_t end = k > 0 ? n : std::max(start, computed);
     PAGODA_CHECK(start <= end, "request {}: the draft computed {} positions, {} wanted",
                  r.request_id, start, end);
     if (start == end) continue;  // caught up (a prefix-cache hit, a short chunk)

@@ -19,7 +19,13 @@
 //    room) are not fed: it catches up when it drafts again (one pass over
 //    the tokens it missed), so a switched-off request costs no draft pass;
 //    until then the prefix cache registers its output blocks only up to
-//    where the draft stopped.
+//    where the draft stopped. Beside sliding-window caches (DeepSeek V4's
+//    windows and compressor states, the target's or the draft's) it feeds
+//    every computed token instead: a request's sliding pages are released
+//    only behind both models (Scheduler::ensure_blocks), so a draft left
+//    behind would hold them.
+//    Rejected drafts roll back as for the target (llm_engine.cpp): every
+//    cache is indexed by position, and rewritten before it is read.
 //  * k - 1 more passes of one token each: draft j at its position gives
 //    draft j + 1.
 // Drafts are the argmax of the draft's logits. At temperature > 0 the
@@ -74,6 +80,7 @@ class DraftModelProposer : public Proposer {
   std::unique_ptr<ModelRunner> runner_;
   KVCacheManager* kv_ = nullptr;
   double cost_per_draft_token_ = 0;
+  bool feeds_outputs_ = false;  // the plan has sliding groups: keep up with every token (header)
   std::vector<ProposerSequence> seqs_;  // scratch
   std::vector<Drafting> drafting_;      // scratch
 };

@@ -12,7 +12,7 @@ namespace pagoda {
 
 MtpProposer::MtpProposer(CausalLM& model)
     : model_(model),
-      hidden_size_(model.config().hidden_size),
+      hidden_size_(model.mtp_hidden_size()),
       vocab_size_(model.config().vocab_size) {}
 
 void MtpProposer::bind_kv_cache(const KVCachePlan& plan, KVCacheMemory& memory,
@@ -96,6 +96,10 @@ void MtpProposer::propose(const ProposeStep& step) {
     Request* request;
     int32_t num_drafts;
     size_t row;  // of its last position in the catch-up pass's outputs
+    // Where the catch-up pass started: sliding groups keep the pages from
+    // its window on until the blocks it completed are registered
+    // (LLMEngine::propose_drafts), so a hit at their boundaries finds them.
+    int64_t caught_up_from;
   };
   std::vector<Drafting> drafting;
   for (const ProposalRequest& p : step.requests) {
@@ -127,7 +131,7 @@ void MtpProposer::propose(const ProposeStep& step) {
     // A drafting request computed up to its last token, whose successor
     // is draft 1 (the layer at position n - 2 predicts position n).
     if (p.num_drafts > 0 && to == n - 1) {
-      drafting.push_back({&r, p.num_drafts, batch_.logits_indices.size() - 1});
+      drafting.push_back({&r, p.num_drafts, batch_.logits_indices.size() - 1, from});
     }
     seqs_.push_back({&r, from, to - from});
     r.num_proposer_computed_tokens = to;
@@ -156,7 +160,7 @@ void MtpProposer::propose(const ProposeStep& step) {
     // n + num_drafts - 3, pages the next verification needs anyway; with
     // none to spare, one draft.
     const int64_t n = r.num_tokens();
-    if (d.num_drafts > 1 && kv_->allocate(r.kv, r.num_computed_tokens, n + d.num_drafts - 2)) {
+    if (d.num_drafts > 1 && kv_->allocate(r.kv, d.caught_up_from, n + d.num_drafts - 2)) {
       chains.push_back(d);
       const float* x = hidden_out_.data() + d.row * h;
       prev_hidden.insert(prev_hidden.end(), x, x + h);

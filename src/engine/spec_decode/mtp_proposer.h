@@ -1,9 +1,10 @@
 // The `mtp` proposer: DeepSeek's multi-token-prediction layer drafts the
-// next tokens (spec §3.1.5; vLLM's EAGLE/MTP proposer). The layer pairs the
-// main model's hidden state at position p with the token at p + 1 and
-// predicts the token at p + 2. Its K/V is one more MLA layer after the
-// target's (proposer.h: same pools and block tables, so rollback,
-// preemption and freeing cover it); Request::num_proposer_computed_tokens
+// next tokens (spec §3.1.5, §3.2.7; vLLM's EAGLE/MTP proposer). The layer
+// pairs the main model's hidden state at position p (V3: after the final
+// norm; V4: the final hc streams) with the token at p + 1 and predicts the
+// token at p + 2. Its K/V is one more layer after the target's (V3: MLA;
+// V4: a sliding window; proposer.h: same pools and block tables, so
+// rollback, preemption and freeing cover it); Request::num_proposer_computed_tokens
 // counts the positions whose entry pairs the target's hidden state with the
 // request's own next token.
 //
