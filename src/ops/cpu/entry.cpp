@@ -235,8 +235,11 @@ int kv_heads_per_item(const std::vector<RowTile>& tiles, int kv_heads, int max_h
 }
 
 // Runs work items [0, items) over the threads, each a tile from
-// make_tile(item); a tile knows the one its thread runs next
-// (AttentionTile::next), whose first keys the kernel prefetches.
+// make_tile(item); a tile knows the one its thread runs next within its
+// chunk (AttentionTile::next), whose first keys the kernel prefetches.
+// parallel_for cuts up to 4 chunks per thread, so this applies when there
+// are more items than that (2 threads: a batch-32 decode's 32 items are 8
+// chunks of 4); with many threads and few items, a tile starts cold.
 template <typename MakeTile>
 void run_tiles(int64_t items, int64_t scratch_floats, const MakeTile& make_tile,
                void (*kernel)(const cpu::AttentionTile&, float*)) {

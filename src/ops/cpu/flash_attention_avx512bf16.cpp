@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/vec_avx512.h"
 
@@ -229,8 +230,13 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
       int64_t next = t0 + kKeys, next_end = last_tile_key;
       const uint16_t *pkc = kc, *pvc = vc;
       if (to_next_tile && pt != nullptr) {
-        next = first_key_of(*pt) / kKeys * kKeys;
+        // From the key the next tile visits first, up to the end of its
+        // grid block (its visible keys only: the blocks before a sliding
+        // window's may be released).
+        next = first_key_of(*pt) & ~int64_t{1};
         next_end = pt->last_key + pt->rows - 1;
+        if (next / kKeys * kKeys + kKeys - 1 < next_end)
+          next_end = next / kKeys * kKeys + kKeys - 1;
         const int64_t head = h < pt->kv_heads ? int64_t{h} * pt->block_size * hd : 0;
         pkc = static_cast<const uint16_t*>(pt->k_head) + head;
         pvc = static_cast<const uint16_t*>(pt->v_head) + head;
@@ -420,6 +426,9 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
   }
   // kv head j of the tile: its q heads after kv head j - 1's, its K/V rows
   // block_size x head_dim elements on, its own scratch.
+  PAGODA_CHECK(
+      a.kv_heads >= 1 && a.kv_heads <= kMaxFlashKvHeads && (a.kv_heads == 1 || lanes.by_lane),
+      "flash attention: {} kv heads per tile of {} queries each", a.kv_heads, lanes.count);
   AttentionTile tiles[kMaxFlashKvHeads];
   Scratch st[kMaxFlashKvHeads];
   for (int j = 0; j < a.kv_heads; ++j) {
