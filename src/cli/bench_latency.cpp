@@ -46,6 +46,7 @@
 
 #include "cli/bench.h"
 #include "core/error.h"
+#include "core/meminfo.h"
 #include "core/parallel.h"
 #include "engine/llm_engine.h"
 #include "kv/kv_cache_plan.h"
@@ -60,6 +61,7 @@ struct LatencyArgs : BenchModelArgs {
   int repeats = 5;
   int warmup = 1;
   bool no_roofline = false;
+  bool probe_every_step = false;  // read probe before every decode step, whatever its bytes
   int64_t context_len = 0;  // 0: prefill --input-len; N: N positions taken as computed
   int prompt_period = 0;    // > 0: the prompt repeats a random sequence of this many tokens
   float temperature = 0;    // 0: greedy; else sampled (seeded per request)
@@ -111,10 +113,11 @@ double process_cpu_seconds() {
 
 // One batch: B requests queued at once; prefill ends when every request
 // has its first token, decode covers the remaining steps. With a `probe`,
-// the read bandwidth is measured before every decode step, outside the
-// step's time (wall and CPU).
+// the read bandwidth is measured before every decode step (or, unless
+// `probe_every_step`, before the first only), outside the steps' time
+// (wall and CPU).
 Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int tag,
-             ops::ReadProbe* probe) {
+             ops::ReadProbe* probe, bool probe_every_step) {
   const int64_t vocab = engine.model_config().vocab_size;
   SamplingParams params;
   params.temperature = a.temperature;
@@ -188,7 +191,8 @@ Run run_once(LLMEngine& engine, const LatencyArgs& a, std::mt19937_64& rng, int 
     } else {
       ++r.decode_steps;
     }
-    if (probe != nullptr && r.prefill_s > 0 && engine.has_unfinished()) {
+    if (probe != nullptr && r.prefill_s > 0 && engine.has_unfinished() &&
+        (probe_every_step || r.read_gb_per_s.empty())) {
       const auto p0 = Clock::now();
       const double cpu_p0 = process_cpu_seconds();
       r.read_gb_per_s.push_back(probe->measure() * 1e-9);
@@ -301,14 +305,22 @@ int run_latency(LatencyArgs& a) {
   // and a shared host's bandwidth moves by half within that. The buffer is
   // a decode step's bytes (weights + KV; at least 256 MiB, 8x this CPU
   // class's L3, so a tiny model's probe still streams from memory, and at
-  // most 1 GiB, a stream far beyond any cache): the same stream, not a
-  // cached toy. It stays resident through the runs; the peak RSS reported
+  // most 1 GiB, a stream far beyond any cache), within a quarter of the
+  // memory available: the same stream, not a cached toy. A step of fewer
+  // bytes than kProbeEveryStepBytes may run from the caches, which a probe
+  // before it would empty: its runs are probed once, before their decode.
+  // The buffer stays resident through the runs; the peak RSS reported
   // leaves it out.
+  constexpr int64_t kProbeEveryStepBytes = int64_t{256} << 20;
   std::unique_ptr<ops::ReadProbe> read_probe;
+  const auto probe_step_bytes = static_cast<int64_t>(decode_step_bytes(engine, a));
   if (!a.no_roofline && a.output_len > 1) {
-    read_probe = std::make_unique<ops::ReadProbe>(
-        std::clamp(static_cast<int64_t>(decode_step_bytes(engine, a)), int64_t{256} << 20, int64_t{1} << 30));
+    int64_t bytes = std::clamp(probe_step_bytes, int64_t{256} << 20, int64_t{1} << 30);
+    if (const int64_t avail = available_memory_bytes(); avail > 0)
+      bytes = std::max(std::min(bytes, avail / 4), int64_t{64} << 20);
+    read_probe = std::make_unique<ops::ReadProbe>(bytes);
   }
+  const bool probe_every_step = a.probe_every_step || probe_step_bytes >= kProbeEveryStepBytes;
 
   std::mt19937_64 rng(a.seed);
   std::vector<double> prefill_tps, decode_tps, step_ms, first_step_ms, engine_ms;
@@ -319,7 +331,7 @@ int run_latency(LatencyArgs& a) {
   SpecDecodeStats spec_before;
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
     if (i == a.warmup) spec_before = engine.stats().spec_decode;
-    Run r = run_once(engine, a, rng, i, read_probe.get());
+    Run r = run_once(engine, a, rng, i, read_probe.get(), probe_every_step);
     if (with_context && !a.engine.speculative_config && r.decode_steps != a.output_len - 1) {
       throw InternalError(fmt::format("bench latency --context-len: {} decode steps, expected {}",
                                       r.decode_steps, a.output_len - 1));
@@ -442,6 +454,7 @@ int run_latency(LatencyArgs& a) {
     j["decode_read_gb_per_s"] = if_decoded(decode_read_gb_per_s_med);
     j["decode_read_gb_per_s_probes"] = decode_read_gb_per_s;
     j["decode_read_probe_bytes"] = probe_bytes;
+    j["decode_read_probe_every_step"] = probe_every_step;
     j["decode_fraction_of_read_bandwidth"] =
         if_decoded(med_step_ms > 0 ? decode_memory_ms / med_step_ms : 0);
     j["decode_compute_ms_per_step"] = decode_compute_ms;
@@ -633,6 +646,9 @@ Runner add_bench_latency(CLI::App& bench) {
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
   cmd->add_flag("--no-roofline", args->no_roofline, "Skip measuring the roofline");
+  cmd->add_flag("--probe-every-step", args->probe_every_step,
+                "Probe the read bandwidth before every decode step even when a step's bytes "
+                "(under 256 MiB) may stay in the caches (default: then once per run)");
   cmd->add_option("--context-len", args->context_len,
                   "Decode at a context of N positions taken as computed, without prefilling "
                   "them (their KV blocks allocated and filled with pseudo-random values); "

@@ -5,10 +5,10 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 
 #include "core/error.h"
+#include "core/meminfo.h"
 #include "core/parallel.h"
 #include "engine/spec_decode/draft_model_proposer.h"
 #include "engine/spec_decode/ngram_proposer.h"
@@ -20,18 +20,6 @@ namespace {
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// MemAvailable from /proc/meminfo in bytes (0 if unknown).
-int64_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
 }
 
 // The longest context the checkpoint supports, derived as vLLM does
