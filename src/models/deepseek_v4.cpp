@@ -276,7 +276,7 @@ class DeepseekV4Model final : public CausalLM {
   DType indexer_dtype(DType kv_dtype) const { return indexer_chosen() ? indexer_choice_ : kv_dtype; }
   int64_t mtp_bytes_ = 0;
   std::unique_ptr<MtpBlock> mtp_;  // enable_mtp
-  std::vector<float> mtp_hidden_;  // [tokens of the last forward, hc, hidden]
+  std::vector<float> mtp_hidden_;  // [tokens of the last forward (or more), hc, hidden]
   Workspace ws_;
   int64_t capacity_ = 0;
 };
@@ -804,9 +804,15 @@ void DeepseekV4Model::forward(const BatchMetadata& batch, const KVCacheView& kv,
     }
   }
   for (size_t i = 0; i < layers_.size(); ++i) run_block(layers_[i], batch, kv, i, tokens);
-  if (mtp_) mtp_hidden_.assign(ws.X.begin(), ws.X.begin() + tokens * hc * h);
   // The head: only the rows whose logits are wanted.
   head_logits(batch.logits_indices, hc_head_, final_norm_, logits);
+  // The MTP block's input: the final streams, handed over rather than
+  // copied (for a long prefill chunk, hc x hidden floats a token); the
+  // workspace takes the other buffer at its reserved size.
+  if (mtp_) {
+    std::swap(mtp_hidden_, ws.X);
+    ws.X.resize(ws.X_next.size());
+  }
 }
 
 void DeepseekV4Model::mtp_forward(const BatchMetadata& batch, const float* hidden,
