@@ -173,11 +173,9 @@ struct Lanes {
   __m512i first[kQ / 16], last[kQ / 16];  // visible keys per lane
 };
 
-// The first key any row of the tile sees.
+// The first key any row of the tile sees (row 0's).
 inline int64_t first_key_of(const cpu::AttentionTile& a) {
-  return a.sliding_window > 0 && a.last_key - a.sliding_window + 1 > 0
-             ? a.last_key - a.sliding_window + 1
-             : 0;
+  return cpu::first_visible_key(a.last_key, a.sliding_window);
 }
 
 template <int NV>
@@ -191,9 +189,7 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
   const int64_t first_key = first_key_of(a);
   // Keys every row sees: [all_first, all_last].
   const int64_t all_last = a.last_key;
-  const int64_t all_first = a.sliding_window > 0 && last_tile_key - a.sliding_window + 1 > 0
-                                ? last_tile_key - a.sliding_window + 1
-                                : 0;
+  const int64_t all_first = cpu::first_visible_key(last_tile_key, a.sliding_window);
   auto row_of = [&](int64_t t) {
     return int64_t{a.block_table[t / a.block_size]} * a.block_stride + (t % a.block_size) * hd;
   };
@@ -414,8 +410,7 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
   for (int i = 0; i < kQ; ++i) {
     const int r = i < lanes.count ? i / a.heads : 0;
     const int64_t l = a.last_key + r;
-    const int64_t f =
-        a.sliding_window > 0 && l - a.sliding_window + 1 > 0 ? l - a.sliding_window + 1 : 0;
+    const int64_t f = first_visible_key(l, a.sliding_window);
     // Padding lanes see nothing (first > last): their outputs are never read.
     first[i] = i < lanes.count ? static_cast<int32_t>(f) : 1;
     last[i] = i < lanes.count ? static_cast<int32_t>(l) : 0;

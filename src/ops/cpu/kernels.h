@@ -46,6 +46,12 @@ struct AttentionTile {
   // otherwise each start on a cold miss).
   const AttentionTile* next = nullptr;
 };
+// The first key a query seeing keys up to `last` sees: 0, or the start of
+// its sliding window (window > 0).
+inline int64_t first_visible_key(int64_t last, int64_t window) {
+  return window > 0 && last - window + 1 > 0 ? last - window + 1 : int64_t{0};
+}
+
 constexpr int kMaxTileQueries = 32;
 // Keys per attention chunk: the kernel visits each block's keys in runs of
 // this many from its start (kernels_impl.h).
@@ -72,8 +78,7 @@ constexpr int kMaxFlashKvHeads = 8;
 // the transposed output, a block's scores and weight pairs, its V pairs,
 // the running max and denominator, and 16 floats to align it to 64 bytes.
 constexpr int64_t flash_scratch_floats(int64_t hd) {
-  return kFlashQueries * (hd / 2 + hd + kFlashKeys + kFlashKeys / 2 + 2) + kFlashKeys / 2 * hd +
-         16;
+  return kFlashQueries * (hd / 2 + hd + kFlashKeys + kFlashKeys / 2 + 2) + kFlashKeys / 2 * hd + 16;
 }
 
 // A tile of MLA attention (ops.h mla_paged_attention): `rows` consecutive
@@ -103,7 +108,7 @@ struct MlaTile {
   int block_size = 0;
   int kv_lora = 0, entry_dim = 0;
   int64_t entry_stride = 0;  // elements of the cache type per entry (fp8: entry bytes)
-  int64_t last_key = 0;  // of row 0
+  int64_t last_key = 0;      // of row 0
   float scale = 1.0f;
   // One segment only (rows == 1): its first key, and where its state goes.
   int64_t seg_begin = 0;
@@ -152,8 +157,8 @@ struct V4AttentionSource {
   int count = 0;
 };
 struct V4AttentionTile {
-  const float* q = nullptr;  // head h at q + h * head_dim
-  float* out = nullptr;      // head h at out + h * head_dim
+  const float* q = nullptr;     // head h at q + h * head_dim
+  float* out = nullptr;         // head h at out + h * head_dim
   const float* sink = nullptr;  // the tile's heads' sinks
   int heads = 0;                // <= kMaxTileQueries
   int head_dim = 0;
@@ -243,8 +248,8 @@ struct KernelTable {
   // The same with f32 activations, for ISAs without a bf16 dot product
   // (AVX2: the panel's bf16 pairs widened to f32 in registers, then FMAs).
   // Used where linear_bf16_packed is null.
-  void (*linear_bf16_packed_f32)(const float* x, int64_t m, const uint16_t* w, int64_t k,
-                                 int64_t n, int64_t ldy, const float* bias, float* y, int64_t p0,
+  void (*linear_bf16_packed_f32)(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
+                                 int64_t ldy, const float* bias, float* y, int64_t p0,
                                  int64_t p1) = nullptr;
   // F8E4M3 weights with block scales (ops::Matrix; scales row stride
   // fp8_scale_cols(k)), y row stride ldy, columns [n0, n1) (n0 a multiple
@@ -304,8 +309,7 @@ struct KernelTable {
   // consecutive, stride head_dim + 2) in order, adds the sink and writes
   // the normalised output: what a whole-range tile computes for that head.
   // `out` doubles as the accumulator.
-  void (*v4_finish)(const float* states, int count, int head_dim, float sink,
-                    float* out) = nullptr;
+  void (*v4_finish)(const float* states, int count, int head_dim, float sink, float* out) = nullptr;
 };
 // Indexer heads are padded to a multiple of this (every ISA's lane count
 // divides it).

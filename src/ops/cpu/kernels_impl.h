@@ -420,10 +420,6 @@ PAGODA_TARGET inline __attribute__((always_inline)) void prefetch_rows(const Chu
   }
 }
 
-// The first key a tile's row with last key `last` sees.
-inline int64_t first_visible_key(int64_t last, int64_t window) {
-  return window > 0 && last - window + 1 > 0 ? last - window + 1 : int64_t{0};
-}
 
 // The chunk kPrefetchKeys after key t of the stream made of tile a's keys
 // and then those of the tile the thread runs next.
@@ -434,7 +430,7 @@ PAGODA_TARGET inline __attribute__((always_inline)) ChunkRows chunk_ahead(
   if (u <= last) return locate_chunk<KV>(a, u, last);
   if (a.next == nullptr) return {};
   const cpu::AttentionTile& next = *a.next;
-  return locate_chunk<KV>(next, first_visible_key(next.last_key, window) + (u - last - 1),
+  return locate_chunk<KV>(next, cpu::first_visible_key(next.last_key, window) + (u - last - 1),
                           next.last_key + next.rows - 1);
 }
 
@@ -481,7 +477,7 @@ PAGODA_TARGET inline __attribute__((always_inline)) void attend_chunk(const cpu:
   ActiveQueries& act = st.act;
   act.count = 0;
   for (int r = 0; r < a.rows; ++r) {
-    const int64_t last = a.last_key + r, first = first_visible_key(last, a.sliding_window);
+    const int64_t last = a.last_key + r, first = cpu::first_visible_key(last, a.sliding_window);
     if (last < t || first >= end) continue;
     for (int h = 0; h < a.heads; ++h) {
       const int i = tile_query(a, j, r, h), n = act.count++;
@@ -536,7 +532,7 @@ PAGODA_TARGET void attention(const cpu::AttentionTile& a, float* scratch) {
   for (int i = 0; i < nq * hd; ++i) st.acc[i] = 0.0f;
   for (int i = 0; i < nq; ++i) st.running_max[i] = -__builtin_inff(), st.denom[i] = 0.0f;
   const int64_t window = a.sliding_window;
-  const int64_t first_key = first_visible_key(a.last_key, window);
+  const int64_t first_key = cpu::first_visible_key(a.last_key, window);
   const int64_t last_tile_key = a.last_key + a.rows - 1;
   // The first chunks' rows (already asked for if the thread's previous tile
   // had this one as `next`): from then on each chunk asks for a later one.
