@@ -444,6 +444,10 @@ int run_latency(LatencyArgs& a) {
                         {"acceptance_rate", spec.acceptance_rate()},
                         {"mean_acceptance_length", spec.mean_acceptance_length()},
                         {"acceptance_per_position", per_pos},
+                        // Tokens per verify step of k drafts below which
+                        // the adaptive switch stops drafting.
+                        {"break_even_tokens_per_step",
+                         engine.speculation_break_even(sc.num_speculative_tokens)},
                         // Each decode step's forward time: the target's
                         // (a verify pass) and the proposer's own model's
                         // (a draft model's k passes; 0 for n-gram).
@@ -532,12 +536,14 @@ int run_latency(LatencyArgs& a) {
     for (double v : per_pos) positions += fmt::format("{}{:.2f}", positions.empty() ? "" : " ", v);
     std::printf(
         "speculative (%s, k %d): %lld drafts, acceptance rate %.1f%%, mean acceptance length "
-        "%.2f tokens/step, per position [%s]; forward per decode step: target %.2f ms, proposer "
-        "%.2f ms\n",
+        "%.2f tokens/step (break-even %.2f), per position [%s]; forward per decode step: target "
+        "%.2f ms, proposer %.2f ms\n",
         speculative_method_name(a.engine.speculative_config->method),
         a.engine.speculative_config->num_speculative_tokens,
         static_cast<long long>(spec.num_drafts), 100 * spec.acceptance_rate(),
-        spec.mean_acceptance_length(), positions.c_str(), decoded ? median(target_ms) : 0.0,
+        spec.mean_acceptance_length(),
+        engine.speculation_break_even(a.engine.speculative_config->num_speculative_tokens),
+        positions.c_str(), decoded ? median(target_ms) : 0.0,
         decoded ? median(proposer_ms) : 0.0);
   }
   std::printf(
