@@ -230,8 +230,11 @@ int run_latency(LatencyArgs& a) {
   std::string plan_error;
   if (with_context) {
     try {
-      const KVCachePlan plan = plan_kv_cache(
-          kv_cache_specs_of_config(a.model, engine.kv_cache_dtype()), engine.options().block_size);
+      // A speculative proposer's caches (a draft model's layers, an MTP
+      // layer) share the pools and each request's pages.
+      std::vector<LayerKVCache> specs = kv_cache_specs_of_config(a.model, engine.kv_cache_dtype());
+      append_proposer_caches(specs, engine.proposer_kv_cache_specs());
+      const KVCachePlan plan = plan_kv_cache(specs, engine.options().block_size);
       plan_bytes = plan.bytes_held_between_steps(a.context_len);
       plan_peak = plan.bytes_per_sequence(a.context_len);
       plan_reserved = plan.reserved_bytes_per_sequence(a.context_len);

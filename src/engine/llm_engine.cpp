@@ -131,13 +131,7 @@ KVCachePlan kv_cache_plan(CausalLM& model, const EngineOptions& options,
         kv_dtype_label(dtype), model.config().architecture);
   }
   std::vector<LayerKVCache> caches = model.kv_cache_specs(kv_dtype_of(model, options));
-  // A proposer's caches (a draft model's layers) follow the target's layers.
-  int32_t first_layer = 0;
-  for (const LayerKVCache& c : caches) first_layer = std::max(first_layer, c.layer + 1);
-  for (LayerKVCache c : proposer_caches) {
-    c.layer += first_layer;
-    caches.push_back(std::move(c));
-  }
+  append_proposer_caches(caches, proposer_caches);
   return plan_kv_cache(caches, block_size_of(model, options));
 }
 

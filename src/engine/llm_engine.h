@@ -149,6 +149,12 @@ class LLMEngine {
   // model's passes; 0 without one).
   double proposer_model_seconds() const;
 
+  // The caches of the speculative proposer (a draft model's layers, the
+  // MTP layer) numbered from 0, which the KV plan holds after the target's
+  // layers (append_proposer_caches); none without one.
+  std::vector<LayerKVCache> proposer_kv_cache_specs() const {
+    return proposer_ ? proposer_->kv_cache_specs(kv_cache_dtype()) : std::vector<LayerKVCache>{};
+  }
   // The tokens per verify step of k drafts below which the adaptive switch
   // stops a request's speculation (AdaptiveSpeculation::break_even, with
   // this target's verify-step weight bytes and the proposer's cost), for k
