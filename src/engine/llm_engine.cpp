@@ -251,7 +251,8 @@ void LLMEngine::init_speculation(const SpeculativeConfig& c) {
   // verify step reads more experts the more tokens it has).
   const double plain_bytes = model_->expected_weight_bytes_per_step(1);
   for (int32_t k = 0; k <= c.num_speculative_tokens; ++k) {
-    const double ratio = plain_bytes > 0 ? model_->expected_weight_bytes_per_step(k + 1) / plain_bytes : 1;
+    const double ratio =
+        plain_bytes > 0 ? model_->expected_weight_bytes_per_step(k + 1) / plain_bytes : 1;
     spec_break_even_.push_back(
         AdaptiveSpeculation::break_even(k, ratio, proposer_->cost_per_draft_token()));
   }
@@ -679,7 +680,8 @@ std::vector<RequestOutput> LLMEngine::step() {
     if (num_spec > 0) {
       const int32_t accepted = num_accepted_[static_cast<size_t>(i)];
       spec_stats_.record(static_cast<int32_t>(num_spec), accepted);
-      r.spec_adaptive.record(accepted, spec_break_even_[static_cast<size_t>(num_spec)]);
+      r.spec_adaptive.record(static_cast<int32_t>(num_spec), accepted,
+                             spec_break_even_[static_cast<size_t>(num_spec)]);
       r.spec_token_ids.clear();
       if (!r.finished()) scheduler_->on_drafts_verified(&r, accepted);
     }

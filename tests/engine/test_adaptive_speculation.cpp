@@ -176,9 +176,9 @@ TEST(AdaptiveSpeculation, MoeVerifyStepReadsTheExpertsItsTokensRouteTo) {
 // The switch-off decision on the MoE checkpoint: greedy requests whose
 // measured tokens per verify step lie between the dense rule's break-even
 // and the MoE one (the checkpoint's experts are most of its bytes: 512-wide).
-// With the MoE cost they stop drafting after their first verify step; the
-// dense rule keeps drafting (17 verify steps of 83 instead of 6 when this
-// was written). The output stays the plain output either way.
+// With the MoE cost they stop drafting after a few verify steps; the dense
+// rule keeps drafting longer (39 verify steps of 83 against 13 when this was
+// written). The output stays the plain output either way.
 TEST(AdaptiveSpeculation, MoeTargetStopsDraftingWhereTheDenseRuleWouldNot) {
   const int k = 3;
   const auto ps = periodic_prompts(6, 11);
@@ -203,13 +203,11 @@ TEST(AdaptiveSpeculation, MoeTargetStopsDraftingWhereTheDenseRuleWouldNot) {
 
   LLMEngine switched(moe_checkpoint().dir, adaptive);
   EXPECT_EQ(run_greedy(switched, ps, max_tokens), want);
-  // The moving average starts at 2 tokens a step, so after a request's
-  // first verify step it is at most 0.7 x 2 + 0.3 x (1 + k) = 2.6: under
-  // the MoE break-even every request stops there (and probes only after 64
-  // steps, past its 40 tokens); the dense rule keeps the requests that
-  // accepted drafting until an unlucky step.
-  EXPECT_GT(with_drafts.speculation_break_even(k), 0.7 * 2 + 0.3 * (1 + k));
-  EXPECT_EQ(switched.stats().spec_decode.num_drafts, static_cast<int64_t>(ps.size()))
+  // The moving average starts half a token above the break-even and moves
+  // 0.3 of the way to each step's tokens: at ~2.8 tokens a step it falls
+  // under the MoE break-even within a few verify steps, and a request then
+  // probes only after 64 steps (past its 40 tokens).
+  EXPECT_LE(switched.stats().spec_decode.num_drafts, 3 * static_cast<int64_t>(ps.size()))
       << "verify steps, of " << s.num_drafts << " when every step drafts";
 }
 

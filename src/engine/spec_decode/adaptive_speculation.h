@@ -16,6 +16,7 @@
 // agrees).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace pagoda {
@@ -45,9 +46,13 @@ class AdaptiveSpeculation {
     steps_off_ = 0;
     return true;
   }
-  // After a verify step with `accepted` drafts accepted, whose number of
-  // drafts has the break-even `break_even_tokens` (break_even()).
-  void record(int32_t accepted, double break_even_tokens) {
+  // After a verify step of k drafts with `accepted` of them accepted, whose
+  // break-even is `break_even_tokens` (break_even()).
+  void record(int32_t k, int32_t accepted, double break_even_tokens) {
+    if (!started_) {
+      ema_tokens_ = std::max(ema_tokens_, std::min(break_even_tokens + kStartMargin, 1.0 + k));
+      started_ = true;
+    }
     ema_tokens_ = (1 - kEmaWeight) * ema_tokens_ + kEmaWeight * (1.0 + accepted);
     off_ = ema_tokens_ < break_even_tokens;
     steps_off_ = 0;
@@ -58,7 +63,14 @@ class AdaptiveSpeculation {
  private:
   // Starts at 2 tokens a step: a request that accepts nothing falls below
   // the break-even within a few verify steps (2, 1.7, 1.49, 1.34, 1.24, ...).
+  // Where the break-even is near or above 2 (a MoE target, a costly draft)
+  // it starts kStartMargin above it instead (at most at 1 + k: a break-even
+  // above what a step can emit still stops a request at once): from 2, one
+  // verify step of even 1 + k tokens could not lift it over a break-even
+  // above 0.7 x 2 + 0.3 x (1 + k), and every request would stop at once.
+  static constexpr double kStartMargin = 0.5;
   double ema_tokens_ = 2.0;
+  bool started_ = false;
   bool off_ = false;
   int32_t steps_off_ = 0;
 };
