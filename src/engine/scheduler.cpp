@@ -34,7 +34,10 @@ void Scheduler::insert_waiting_by_priority(Request* request) {
 }
 
 bool Scheduler::ensure_blocks(Request* request, int64_t num_tokens) {
-  return kv_.allocate(request->kv, request->num_computed_tokens, num_tokens);
+  // A sliding group keeps the pages a query of the proposer's caches still
+  // reads: a draft model behind the target (switched off, then catching up
+  // when it probes) would otherwise read pages handed to other requests.
+  return kv_.allocate(request->kv, num_cacheable_tokens(request), num_tokens);
 }
 
 int64_t Scheduler::tokens_to_schedule(const Request* request, int64_t budget,
