@@ -41,7 +41,7 @@ print(f"plain {p['decode_tokens_per_s']:.2f} tok/s ({p['decode_ms_per_step']:.1f
       f"speculative {s['decode_tokens_per_s']:.2f} tok/s ({s['decode_ms_per_step']:.1f} ms/step) | "
       f"speed-up {s['decode_tokens_per_s'] / p['decode_tokens_per_s']:.2f}x | "
       f"acceptance {100 * sp['acceptance_rate']:.1f}%, {sp['num_drafts']} drafts, "
-      f"mean length {sp['mean_acceptance_length']:.2f}, per position "
+      f"mean length {sp['mean_acceptance_length']:.2f} (break-even {sp.get('break_even_tokens_per_step', float('nan')):.2f}), per position "
       f"{[round(x, 2) for x in sp['acceptance_per_position']]} | forward per step: target "
       f"{sp['target_ms_per_step']:.1f} ms, proposer {sp['proposer_ms_per_step']:.1f} ms")
 PY

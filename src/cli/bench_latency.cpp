@@ -267,8 +267,11 @@ int run_latency(LatencyArgs& a) {
   std::string plan_error;
   if (with_context) {
     try {
-      const KVCachePlan plan = plan_kv_cache(
-          kv_cache_specs_of_config(a.model, engine.kv_cache_dtype()), engine.options().block_size);
+      // A speculative proposer's caches (a draft model's layers, an MTP
+      // layer) share the pools and each request's pages.
+      std::vector<LayerKVCache> specs = kv_cache_specs_of_config(a.model, engine.kv_cache_dtype());
+      append_proposer_caches(specs, engine.proposer_kv_cache_specs());
+      const KVCachePlan plan = plan_kv_cache(specs, engine.options().block_size);
       plan_bytes = plan.bytes_held_between_steps(a.context_len);
       plan_peak = plan.bytes_per_sequence(a.context_len);
       plan_reserved = plan.reserved_bytes_per_sequence(a.context_len);
@@ -515,6 +518,10 @@ int run_latency(LatencyArgs& a) {
                         {"acceptance_rate", spec.acceptance_rate()},
                         {"mean_acceptance_length", spec.mean_acceptance_length()},
                         {"acceptance_per_position", per_pos},
+                        // Tokens per verify step of k drafts below which
+                        // the adaptive switch stops drafting.
+                        {"break_even_tokens_per_step",
+                         engine.speculation_break_even(sc.num_speculative_tokens)},
                         // Each decode step's forward time: the target's
                         // (a verify pass) and the proposer's own model's
                         // (a draft model's k passes; 0 for n-gram).
@@ -612,12 +619,14 @@ int run_latency(LatencyArgs& a) {
     for (double v : per_pos) positions += fmt::format("{}{:.2f}", positions.empty() ? "" : " ", v);
     std::printf(
         "speculative (%s, k %d): %lld drafts, acceptance rate %.1f%%, mean acceptance length "
-        "%.2f tokens/step, per position [%s]; forward per decode step: target %.2f ms, proposer "
-        "%.2f ms\n",
+        "%.2f tokens/step (break-even %.2f), per position [%s]; forward per decode step: target "
+        "%.2f ms, proposer %.2f ms\n",
         speculative_method_name(a.engine.speculative_config->method),
         a.engine.speculative_config->num_speculative_tokens,
         static_cast<long long>(spec.num_drafts), 100 * spec.acceptance_rate(),
-        spec.mean_acceptance_length(), positions.c_str(), decoded ? median(target_ms) : 0.0,
+        spec.mean_acceptance_length(),
+        engine.speculation_break_even(a.engine.speculative_config->num_speculative_tokens),
+        positions.c_str(), decoded ? median(target_ms) : 0.0,
         decoded ? median(proposer_ms) : 0.0);
   }
   std::printf(

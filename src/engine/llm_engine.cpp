@@ -119,13 +119,7 @@ KVCachePlan kv_cache_plan(CausalLM& model, const EngineOptions& options,
         kv_dtype_label(dtype), model.config().architecture);
   }
   std::vector<LayerKVCache> caches = model.kv_cache_specs(kv_dtype_of(model, options));
-  // A proposer's caches (a draft model's layers) follow the target's layers.
-  int32_t first_layer = 0;
-  for (const LayerKVCache& c : caches) first_layer = std::max(first_layer, c.layer + 1);
-  for (LayerKVCache c : proposer_caches) {
-    c.layer += first_layer;
-    caches.push_back(std::move(c));
-  }
+  append_proposer_caches(caches, proposer_caches);
   return plan_kv_cache(caches, block_size_of(model, options));
 }
 
@@ -240,6 +234,15 @@ void LLMEngine::init_speculation(const SpeculativeConfig& c) {
       proposer_ = std::move(mtp);
       break;
     }
+  }
+  // The adaptive switch's break-even per number of drafts (a MoE target's
+  // verify step reads more experts the more tokens it has).
+  const double plain_bytes = model_->expected_weight_bytes_per_step(1);
+  for (int32_t k = 0; k <= c.num_speculative_tokens; ++k) {
+    const double ratio =
+        plain_bytes > 0 ? model_->expected_weight_bytes_per_step(k + 1) / plain_bytes : 1;
+    spec_break_even_.push_back(
+        AdaptiveSpeculation::break_even(k, ratio, proposer_->cost_per_draft_token()));
   }
 }
 
@@ -665,7 +668,7 @@ std::vector<RequestOutput> LLMEngine::step() {
       const int32_t accepted = num_accepted_[static_cast<size_t>(i)];
       spec_stats_.record(static_cast<int32_t>(num_spec), accepted);
       r.spec_adaptive.record(static_cast<int32_t>(num_spec), accepted,
-                             proposer_->cost_per_draft_token());
+                             spec_break_even_[static_cast<size_t>(num_spec)]);
       r.spec_token_ids.clear();
       if (!r.finished()) scheduler_->on_drafts_verified(&r, accepted);
     }

@@ -149,6 +149,20 @@ class LLMEngine {
   // model's passes; 0 without one).
   double proposer_model_seconds() const;
 
+  // The caches of the speculative proposer (a draft model's layers, the
+  // MTP layer) numbered from 0, which the KV plan holds after the target's
+  // layers (append_proposer_caches); none without one.
+  std::vector<LayerKVCache> proposer_kv_cache_specs() const {
+    return proposer_ ? proposer_->kv_cache_specs(kv_cache_dtype()) : std::vector<LayerKVCache>{};
+  }
+  // The tokens per verify step of k drafts below which the adaptive switch
+  // stops a request's speculation (AdaptiveSpeculation::break_even, with
+  // this target's verify-step weight bytes and the proposer's cost), for k
+  // up to num_speculative_tokens; 0 without speculation.
+  double speculation_break_even(int32_t k) const {
+    return k >= 0 && k < static_cast<int32_t>(spec_break_even_.size()) ? spec_break_even_[k] : 0;
+  }
+
   // Throws InputError for bad params, an empty or too long prompt or token
   // ids outside the vocabulary. Reads only immutable state: safe to call
   // from any thread.
@@ -260,6 +274,7 @@ class LLMEngine {
   bool proposer_keeps_kv_ = false;
   std::vector<ProposalRequest> proposals_;  // scratch
   SpecDecodeStats spec_stats_;
+  std::vector<double> spec_break_even_;  // [k drafts]: speculation_break_even(k)
 };
 
 }  // namespace pagoda

@@ -206,22 +206,24 @@ void ModelRunner::begin_batch() {
   for (KVGroupMetadata& gm : b.kv_groups) gm.slot_mapping.clear();
 }
 
-void ModelRunner::add_sequence(const Request& r, int64_t start, int64_t end) {
-  BatchMetadata& b = batch_;
-  for (int64_t pos = start; pos < end; ++pos) {
-    b.token_ids.push_back(r.token_at(pos));
-    b.positions.push_back(static_cast<int32_t>(pos));
-  }
-  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+void append_sequence(BatchMetadata& b, const std::vector<KVCacheGroup>& groups,
+                     const std::vector<std::vector<int32_t>>& block_tables, int64_t start,
+                     int64_t end) {
+  for (int64_t pos = start; pos < end; ++pos) b.positions.push_back(static_cast<int32_t>(pos));
+  for (size_t g = 0; g < groups.size(); ++g) {
     KVGroupMetadata& gm = b.kv_groups[g];
-    const KVCacheSpec& spec = plan_.groups[g].spec;
-    const std::vector<int32_t>& table = r.kv.block_tables[g];
+    const KVCacheSpec& spec = groups[g].spec;
     for (int64_t pos = start; pos < end; ++pos) {
-      gm.slot_mapping.push_back(spec.slot_of_position(table, pos, gm.block_size));
+      gm.slot_mapping.push_back(spec.slot_of_position(block_tables[g], pos, gm.block_size));
     }
   }
-  b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
+  b.query_start_loc.push_back(static_cast<int32_t>(b.positions.size()));
   b.seq_lens.push_back(static_cast<int32_t>(end));
+}
+
+void ModelRunner::add_sequence(const Request& r, int64_t start, int64_t end) {
+  for (int64_t pos = start; pos < end; ++pos) batch_.token_ids.push_back(r.token_at(pos));
+  append_sequence(batch_, plan_.groups, r.kv.block_tables, start, end);
 }
 
 void ModelRunner::forward() {

@@ -40,6 +40,15 @@ struct StepLogits {
   }
 };
 
+// Appends positions [start, end) of a sequence whose pages are
+// `block_tables` (one per group of `groups`) to `b`: the positions, each
+// group's slots and the sequence's bounds (query_start_loc, seq_lens); its
+// token ids are the caller's. The target's steps (ModelRunner) and the MTP
+// proposer's passes build their batches with it.
+void append_sequence(BatchMetadata& b, const std::vector<KVCacheGroup>& groups,
+                     const std::vector<std::vector<int32_t>>& block_tables, int64_t start,
+                     int64_t end);
+
 // A sequence of a proposer model's pass (spec_decode/draft_model_proposer.h):
 // positions [start, end) of the request's token_at() (its tokens, then its
 // drafts), with a logits row at end - 1 where `logits`.

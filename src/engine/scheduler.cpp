@@ -34,8 +34,9 @@ void Scheduler::insert_waiting_by_priority(Request* request) {
 }
 
 bool Scheduler::ensure_blocks(Request* request, int64_t num_tokens) {
-  // A sliding group's pages stay while a proposer that keeps K/V still has
-  // positions to compute that read them (a draft model catching up).
+  // A sliding group keeps the pages a query of the proposer's caches still
+  // reads: a draft model behind the target (switched off, then catching up
+  // when it probes) would otherwise read pages handed to other requests.
   return kv_.allocate(request->kv, num_cacheable_tokens(request), num_tokens);
 }
 

@@ -10,8 +10,10 @@
 // out inside a page is the model's business (`format` names it).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pagoda {
@@ -71,5 +73,18 @@ struct LayerKVCache {
   std::string name;  // "k", "v", "latent", ...: for plans and errors
   KVCacheSpec spec;
 };
+
+// Appends a speculative proposer's caches (a draft model's layers, an MTP
+// layer; numbered from 0) after `caches`' layers: they join the target's
+// plan as layers past its last one (engine/spec_decode/proposer.h).
+inline void append_proposer_caches(std::vector<LayerKVCache>& caches,
+                                   const std::vector<LayerKVCache>& proposer_caches) {
+  int32_t first_layer = 0;
+  for (const LayerKVCache& c : caches) first_layer = std::max(first_layer, c.layer + 1);
+  for (LayerKVCache c : proposer_caches) {
+    c.layer += first_layer;
+    caches.push_back(std::move(c));
+  }
+}
 
 }  // namespace pagoda

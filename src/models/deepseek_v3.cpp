@@ -153,6 +153,19 @@ class DeepseekV3Model final : public CausalLM {
     for (const Layer& w : layers_) total += layer_bytes_per_token(w);
     return total;
   }
+  // A step of num_tokens tokens: the same, but each MoE layer reads the
+  // expected number of distinct routed experts those tokens pick.
+  double expected_weight_bytes_per_step(int64_t num_tokens) const override {
+    const double extra_experts =
+        ops::expected_distinct_experts(static_cast<int>(ds_.n_routed_experts),
+                                       static_cast<int>(ds_.num_experts_per_tok), num_tokens) -
+        static_cast<double>(ds_.num_experts_per_tok);
+    double total = static_cast<double>(weight_bytes_per_step());
+    for (const Layer& w : layers_) {
+      if (w.moe) total += extra_experts * static_cast<double>(routed_expert_bytes(w));
+    }
+    return total;
+  }
   // One MTP pass of one token: eh_proj, its block and the shared head.
   int64_t mtp_weight_bytes_per_step() const override {
     if (!mtp_) return 0;
@@ -223,12 +236,13 @@ class DeepseekV3Model final : public CausalLM {
     for (const auto& m : w.uk_t) total += matrix_bytes(m);
     for (const auto& m : w.uv) total += matrix_bytes(m);
     if (w.mlp.inter > 0) total += mlp_bytes(w.mlp);
-    if (w.moe) {
-      total += matrix_bytes(w.router);
-      const ops::MoeExpert& e = w.experts.front();
-      total += ds_.num_experts_per_tok * (matrix_bytes(e.gate) + matrix_bytes(e.up) + matrix_bytes(e.down));
-    }
+    if (w.moe) total += matrix_bytes(w.router) + ds_.num_experts_per_tok * routed_expert_bytes(w);
     return total;
+  }
+  // One routed expert's matrices in MoE layer w (all its experts alike).
+  static int64_t routed_expert_bytes(const Layer& w) {
+    const ops::MoeExpert& e = w.experts.front();
+    return matrix_bytes(e.gate) + matrix_bytes(e.up) + matrix_bytes(e.down);
   }
   void reserve(int64_t tokens);
   // Layer `layer`'s attention; its caches are kv.layers[layer]: the latent

@@ -91,6 +91,15 @@ class CausalLM {
   // linear layer and the LM head once; embedding rows are negligible), as
   // held in memory (after any load-time conversion). For benchmarks.
   virtual int64_t weight_bytes_per_step() const { return 0; }
+  // Expected bytes of weight matrices a step of num_tokens query tokens of
+  // one sequence reads (a speculative verify step: 1 + k tokens). A dense
+  // model reads every matrix once whatever the tokens, so this is
+  // weight_bytes_per_step(); a MoE layer reads each distinct routed expert
+  // its tokens pick (ops::expected_distinct_experts), so a MoE model says so.
+  virtual double expected_weight_bytes_per_step(int64_t num_tokens) const {
+    (void)num_tokens;
+    return static_cast<double>(weight_bytes_per_step());
+  }
   // The same for one token through the MTP layer and head (0 without MTP).
   virtual int64_t mtp_weight_bytes_per_step() const { return 0; }
   // Bytes of KV cache one decode token reads when `context` positions are

@@ -5,6 +5,7 @@
 // ref::moe_experts_forward (ops/reference.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -91,6 +92,19 @@ struct ExpertGroups {
 // must be < num_experts and a token may name an expert once.
 void group_by_expert(const int32_t* topk_ids, const float* topk_weights, int64_t num_tokens,
                      int top_k, int num_experts, ExpertGroups& groups);
+
+// Expected number of distinct experts a step of num_tokens tokens reads in
+// one MoE layer (moe_experts_forward runs each used expert once), if each
+// token picks top_k of num_experts with every expert equally likely and
+// tokens independent: an expert is missed by one token with probability
+// 1 - top_k / num_experts, so num_experts * (1 - (1 - top_k/num_experts)^n).
+// 1 token: top_k; many: all. Routing that sends neighbouring tokens to the
+// same experts (a trained model) reads fewer: this is then an upper bound.
+inline double expected_distinct_experts(int num_experts, int top_k, int64_t num_tokens) {
+  if (num_experts <= 0 || num_tokens <= 0) return 0;
+  const double miss = 1.0 - static_cast<double>(top_k) / num_experts;
+  return num_experts * (1.0 - std::pow(miss, static_cast<double>(num_tokens)));
+}
 
 // One routed expert's SwiGLU MLP, HF layout: gate and up [inter, hidden],
 // down [hidden, inter]; any Matrix dtype ops::linear takes.

@@ -94,6 +94,20 @@ else
   fail "could not write the tiny V4 checkpoint"
 fi
 
+# A speculative proposer's caches share the pools and each request's pages:
+# the demo as its own draft holds twice the demo's bytes per sequence, and
+# kv-plan's figure counts the draft's layers too.
+"${lat[@]}" --context-len 100 --no-roofline --json \
+  --speculative-config "{\"method\": \"draft_model\", \"model\": \"$model\", \"num_speculative_tokens\": 2}" \
+  >"$tmp/draft.json" 2>"$tmp/err" || fail "bench latency --context-len with a draft failed: $(head -c 300 "$tmp/err")"
+/usr/bin/python3 - "$tmp/draft.json" <<'PY' || fail "bench latency --context-len with a draft: KV bytes"
+import json, sys
+j = json.load(open(sys.argv[1]))
+expect = 2 * -(-100 // 16) * 16 * 1280  # target and draft: 1280 B per position each
+assert j["kv_bytes_per_sequence"] == expect, (j["kv_bytes_per_sequence"], expect)
+assert j["kv_plan_bytes_per_sequence"] == expect, (j["kv_plan_bytes_per_sequence"], expect)
+PY
+
 # Garbage input: exit 2 with a clear message.
 expect_exit 2 "maximum model length 512" -- "${lat[@]}" --context-len 600 --no-roofline
 expect_exit 2 "maximum model length 512" -- "${lat[@]}" --context-len 508 --no-roofline

@@ -11,11 +11,15 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "../models/checkpoint_test_util.h"
 #include "engine/llm.h"
 #include "engine_test_util.h"
 #include "speculative_test_util.h"
@@ -160,6 +164,36 @@ TEST(DraftModelSpeculation, SwitchedOffRequestsCatchUpWhenTheyProbe) {
   EXPECT_LE(s.num_drafts, static_cast<int64_t>(prompts.size()) * 5);
   EXPECT_GE(s.acceptance_rate(), 0.99)
       << s.num_accepted_tokens << " of " << s.num_draft_tokens;
+}
+
+// A sliding-window draft behind the target (switched off at once, probing
+// every 64 steps) catches up over positions whose window pages the target
+// alone no longer needs: they must still be the request's own (pages handed
+// to another request would give wrong drafts). The demo with a 4-token
+// window on every layer as its own draft, a small pool so released pages
+// are reused: every probe's drafts must be accepted.
+TEST(DraftModelSpeculation, SlidingWindowDraftCatchesUpOverItsOwnPages) {
+  test::TempDir tmp;
+  const std::string dir = (tmp / "swa").string();
+  std::filesystem::create_directories(dir);
+  for (const auto& e : std::filesystem::directory_iterator(kModel)) {
+    if (e.is_regular_file()) std::filesystem::copy_file(e.path(), dir / e.path().filename());
+  }
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  cfg["sliding_window"] = 4;
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  const auto prompts = many_prompts();
+  EngineOptions o;
+  o.block_size = 2;
+  o.kv_cache_memory = 1280 * 2 * 400;  // target + draft: 2560 B a position
+  LLMEngine plain_engine(dir, o);
+  const auto plain = run(plain_engine, prompts, {test::greedy(150)});
+  o.speculative_config = draft(dir, 2, /*adaptive=*/true);
+  LLMEngine engine(dir, o);
+  expect_same(run(engine, prompts, {test::greedy(150)}), plain);
+  const SpecDecodeStats s = engine.stats().spec_decode;
+  EXPECT_GE(s.num_drafts, static_cast<int64_t>(prompts.size()) * 2);
+  EXPECT_GE(s.acceptance_rate(), 0.99) << s.num_accepted_tokens << " of " << s.num_draft_tokens;
 }
 
 // Requests that do not speculate (sampled with the adaptive switch, limits

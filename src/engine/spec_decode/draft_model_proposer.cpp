@@ -92,11 +92,12 @@ void DraftModelProposer::propose(const ProposeStep& step) {
     int32_t k = p.num_drafts;
     // Pages up to the last draft fed (draft k is only predicted); when the
     // pool is short, one draft (pages up to the last token), else none.
-    // (Sliding groups keep the pages the positions it still feeds read.)
+    // Sliding groups release only what no query from the draft's own
+    // catch-up start on reads (it may be behind the target).
     const int64_t start = r.num_proposer_computed_tokens;
-    const int64_t first_needed = std::min(start, r.num_computed_tokens);
-    if (k > 0 && !kv_->allocate(r.kv, first_needed, n + k - 1)) {
-      k = kv_->allocate(r.kv, first_needed, n) ? 1 : 0;
+    const int64_t keep_from = std::min(start, r.num_computed_tokens);
+    if (k > 0 && !kv_->allocate(r.kv, keep_from, n + k - 1)) {
+      k = kv_->allocate(r.kv, keep_from, n) ? 1 : 0;
     }
     // Drafting: up to the last token; else the prompt as far as the target
     // computed it, or every computed token for a draft with sliding

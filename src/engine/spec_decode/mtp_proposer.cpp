@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 
 namespace pagoda {
@@ -34,12 +35,10 @@ void MtpProposer::run_pass() {
   b.positions.clear();
   b.query_start_loc.assign(1, 0);
   b.seq_lens.clear();
+  for (KVGroupMetadata& gm : b.kv_groups) gm.slot_mapping.clear();
   for (const Seq& s : seqs_) {
-    for (int64_t p = s.first_position; p < s.first_position + s.count; ++p) {
-      b.positions.push_back(static_cast<int32_t>(p));
-    }
-    b.query_start_loc.push_back(static_cast<int32_t>(b.positions.size()));
-    b.seq_lens.push_back(static_cast<int32_t>(s.first_position + s.count));
+    append_sequence(b, kv_->groups(), s.request->kv.block_tables, s.first_position,
+                    s.first_position + s.count);
   }
   PAGODA_CHECK(b.positions.size() == b.token_ids.size() &&
                    hidden_in_.size() == b.token_ids.size() * static_cast<size_t>(hidden_size_),
@@ -48,20 +47,14 @@ void MtpProposer::run_pass() {
   // the pass's requests), next to a decoder layer's work per token).
   for (size_t g = 0; g < b.kv_groups.size(); ++g) {
     KVGroupMetadata& gm = b.kv_groups[g];
-    const KVCacheSpec& spec = kv_->groups()[g].spec;
     size_t stride = 1;
     for (const Seq& s : seqs_) stride = std::max(stride, s.request->kv.block_tables[g].size());
     gm.max_blocks_per_seq = static_cast<int32_t>(stride);
     gm.block_tables.assign(seqs_.size() * stride, 0);
     gm.block_table_rows.clear();
-    gm.slot_mapping.clear();
     for (size_t i = 0; i < seqs_.size(); ++i) {
-      const Seq& s = seqs_[i];
-      const std::vector<int32_t>& table = s.request->kv.block_tables[g];
+      const std::vector<int32_t>& table = seqs_[i].request->kv.block_tables[g];
       for (size_t j = 0; j < table.size(); ++j) gm.block_tables[i * stride + j] = std::max(table[j], 0);
-      for (int64_t p = s.first_position; p < s.first_position + s.count; ++p) {
-        gm.slot_mapping.push_back(spec.slot_of_position(table, p, gm.block_size));
-      }
     }
   }
   const size_t rows = b.logits_indices.size();

@@ -56,8 +56,9 @@ class MtpProposer : public Proposer {
   void propose(const ProposeStep& step) override;
   double forward_seconds() const override { return forward_seconds_; }
   // One MTP pass reads the layer's and the head's weights: that share of a
-  // target step per draft token (the adaptive break-even). A MoE verify
-  // step reading more experts than a plain step is not in it.
+  // target step per draft token (the adaptive break-even; the target's
+  // verify step reading more experts than a plain step is the engine's
+  // part: CausalLM::expected_weight_bytes_per_step).
   double cost_per_draft_token() const override {
     const int64_t target = model_.weight_bytes_per_step();
     return target > 0 ? static_cast<double>(model_.mtp_weight_bytes_per_step()) / target : 0;
