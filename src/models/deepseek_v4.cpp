@@ -189,6 +189,20 @@ class DeepseekV4Model final : public CausalLM {
     for (const Layer& w : layers_) total += layer_bytes_per_token(w);
     return total;
   }
+  // Every layer is MoE: a step of num_tokens tokens reads the distinct
+  // routed experts they are expected to route to (ops::expected_distinct_experts),
+  // not top_k (the adaptive switch's verify cost).
+  double expected_weight_bytes_per_step(int64_t num_tokens) const override {
+    const double extra_experts =
+        ops::expected_distinct_experts(static_cast<int>(v4_.n_routed_experts),
+                                       static_cast<int>(v4_.num_experts_per_tok), num_tokens) -
+        static_cast<double>(v4_.num_experts_per_tok);
+    double total = static_cast<double>(weight_bytes_per_step());
+    for (const Layer& w : layers_) {
+      total += extra_experts * static_cast<double>(routed_expert_bytes(w.experts.front()));
+    }
+    return total;
+  }
 
   std::string load_notes() const override {
     if (mtp_bytes_ == 0) return "";
@@ -231,6 +245,7 @@ class DeepseekV4Model final : public CausalLM {
   // Weight bytes one token reads in a block: its dense matrices, the
   // shared expert and num_experts_per_tok routed ones.
   int64_t layer_bytes_per_token(const Layer& w) const;
+  static int64_t routed_expert_bytes(const ops::MoeExpert& e);
   // Per-step setup of the workspace for a batch.
   void begin_step(const BatchMetadata& batch);
   // One decoder block over the streams ws_.X (spec §3.2.1): attention
@@ -318,16 +333,22 @@ void DeepseekV4Model::load_layer(const std::string& p, int64_t ratio, Layer& w) 
   load_moe(p + "ffn.", w);
 }
 
+namespace {
+int64_t bytes_if_loaded(const ops::Matrix& m) { return m.data ? matrix_bytes(m) : int64_t{0}; }
+}  // namespace
+
+int64_t DeepseekV4Model::routed_expert_bytes(const ops::MoeExpert& e) {
+  return bytes_if_loaded(e.gate) + bytes_if_loaded(e.up) + bytes_if_loaded(e.down);
+}
+
 int64_t DeepseekV4Model::layer_bytes_per_token(const Layer& w) const {
-  auto bytes = [](const ops::Matrix& m) { return m.data ? matrix_bytes(m) : int64_t{0}; };
-  auto expert_bytes = [&](const ops::MoeExpert& e) {
-    return bytes(e.gate) + bytes(e.up) + bytes(e.down);
-  };
   int64_t total = 0;
-  for (const ops::Matrix* m : {&w.wq_a, &w.wq_b, &w.wkv, &w.wo_b, &w.router}) total += bytes(*m);
-  for (const ops::Matrix& m : w.wo_a) total += bytes(m);
-  total += v4_.num_experts_per_tok * expert_bytes(w.experts.front());
-  if (w.has_shared) total += expert_bytes(w.shared);
+  for (const ops::Matrix* m : {&w.wq_a, &w.wq_b, &w.wkv, &w.wo_b, &w.router}) {
+    total += bytes_if_loaded(*m);
+  }
+  for (const ops::Matrix& m : w.wo_a) total += bytes_if_loaded(m);
+  total += v4_.num_experts_per_tok * routed_expert_bytes(w.experts.front());
+  if (w.has_shared) total += routed_expert_bytes(w.shared);
   return total;
 }
 

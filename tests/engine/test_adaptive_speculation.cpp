@@ -173,6 +173,35 @@ TEST(AdaptiveSpeculation, MoeVerifyStepReadsTheExpertsItsTokensRouteTo) {
                        << " layers";
 }
 
+// DeepSeek V4 (every layer MoE, tools/make_deepseek_v4_checkpoint.py, f32
+// experts): the same rule over all its layers.
+TEST(AdaptiveSpeculation, V4VerifyStepReadsTheExpertsItsTokensRouteTo) {
+  test::TempDir tmp;
+  const std::string dir = (tmp / "v4").string();
+  const std::string write = std::string("/usr/bin/python3 " PAGODA_SOURCE_DIR
+                                        "/tools/make_deepseek_v4_checkpoint.py --dtype f32 "
+                                        "--out ") +
+                            dir + " > /dev/null";
+  ASSERT_EQ(std::system(write.c_str()), 0) << write;
+  std::ifstream in(dir + "/config.json");
+  const nlohmann::json c = nlohmann::json::parse(in);
+  EngineOptions o;
+  o.speculative_config = mtp(3, true);
+  LLMEngine engine(dir, o);
+  const int experts = c["n_routed_experts"], top_k = c["num_experts_per_tok"];
+  const double layers = c["num_hidden_layers"].get<double>();
+  const double expert_bytes =
+      3.0 * c["hidden_size"].get<double>() * c["moe_intermediate_size"].get<double>() * 4;
+  const double plain = static_cast<double>(engine.model().weight_bytes_per_step());
+  for (int32_t k = 0; k <= 3; ++k) {
+    const double bytes =
+        plain + layers * (ops::expected_distinct_experts(experts, top_k, k + 1) - top_k) *
+                    expert_bytes;
+    EXPECT_NEAR(engine.model().expected_weight_bytes_per_step(k + 1), bytes, 1e-6 * bytes) << k;
+  }
+  EXPECT_GT(engine.model().expected_weight_bytes_per_step(4), plain * 1.05);
+}
+
 // The switch-off decision on the MoE checkpoint: greedy requests whose
 // measured tokens per verify step lie between the dense rule's break-even
 // and the MoE one (the checkpoint's experts are most of its bytes: 512-wide).
