@@ -1,5 +1,5 @@
-// Shared by the speculative decoding tests (n-gram and draft-model
-// proposers): prompts, a step-by-step runner that checks the engine's
+// Shared by the speculative decoding tests (n-gram, draft-model and MTP
+// proposers): prompts, step-by-step runners that checks the engine's
 // invariants after every step, output comparison and a two-sample
 // chi-square test.
 #pragma once
@@ -9,11 +9,13 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/llm_engine.h"
+#include "engine/spec_decode/mtp_proposer.h"
 #include "engine_test_util.h"
 
 namespace pagoda::test::spec {
@@ -50,6 +52,62 @@ inline std::vector<std::string> many_prompts() {
           "The dog was happy. The cat was happy. The bird was",
           "Ben"};
 }
+
+// Prompts of token ids: n of them, the first of one id, the others of 2
+// to max_len ids, every other one repeating a short period (so drafts are
+// accepted: the n-gram proposer finds matches, random weights often loop).
+inline std::vector<std::vector<int32_t>> id_prompts(int n, uint32_t seed, int max_len) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    const int len = i == 0 ? 1 : 2 + static_cast<int>(rng() % static_cast<uint32_t>(max_len - 1));
+    std::vector<int32_t> base(1 + rng() % 5);
+    for (int32_t& t : base) t = 3 + static_cast<int32_t>(rng() % 500);
+    std::vector<int32_t> p;
+    for (int j = 0; j < len; ++j) {
+      p.push_back(i % 2 ? base[j % base.size()] : 3 + static_cast<int32_t>(rng() % 500));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+// Runs prompts of ids to the end step by step (params: one for all, or one
+// per prompt), checking the engine's invariants after each step and that
+// every block returns; the output ids in prompt order.
+inline std::vector<std::vector<int32_t>> run_ids(LLMEngine& engine,
+                                                 const std::vector<std::vector<int32_t>>& ps,
+                                                 const std::vector<SamplingParams>& params) {
+  std::vector<std::vector<int32_t>> out(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    engine.add_request(std::to_string(i), ps[i], params[params.size() == 1 ? 0 : i]);
+  }
+  while (engine.has_unfinished()) {
+    for (RequestOutput& o : engine.step()) {
+      if (o.finished) out[std::stoul(o.request_id)] = o.token_ids;
+    }
+    engine.check_invariants();
+  }
+  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "a block leaked";
+  return out;
+}
+
+// What the MTP layer computed in a run: its logits per (request,
+// position) and its drafts per (request, tokens so far).
+struct MtpRecord {
+  std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
+  std::map<std::pair<std::string, int64_t>, std::vector<int32_t>> drafts;
+  void observe(LLMEngine& engine) {
+    MtpProposer::Observer o;
+    o.logits = [this](const std::string& id, int64_t pos, const float* row, int64_t vocab) {
+      logits[{id, pos}].assign(row, row + vocab);
+    };
+    o.drafts = [this](const std::string& id, int64_t n, std::span<const int32_t> d) {
+      drafts[{id, n}].assign(d.begin(), d.end());
+    };
+    engine.set_mtp_observer(std::move(o));
+  }
+};
 
 // Runs the prompts to the end step by step, checking the engine's
 // invariants after each step; returns outputs in prompt order.

@@ -125,18 +125,7 @@ std::vector<std::vector<int32_t>> periodic_prompts(int n, uint32_t seed) {
 std::vector<std::vector<int32_t>> run_greedy(LLMEngine& engine,
                                              const std::vector<std::vector<int32_t>>& ps,
                                              int max_tokens) {
-  std::vector<std::vector<int32_t>> out(ps.size());
-  for (size_t i = 0; i < ps.size(); ++i) {
-    engine.add_request(std::to_string(i), ps[i], test::greedy(max_tokens));
-  }
-  while (engine.has_unfinished()) {
-    for (RequestOutput& o : engine.step()) {
-      if (o.finished) out[std::stoul(o.request_id)] = o.token_ids;
-    }
-    engine.check_invariants();
-  }
-  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "a block leaked";
-  return out;
+  return test::spec::run_ids(engine, ps, {test::greedy(max_tokens)});
 }
 
 // The verify step's bytes, from config.json: a plain step's plus, in each

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "engine_test_util.h"
+#include "speculative_test_util.h"
 
 namespace pagoda {
 namespace {
@@ -54,38 +55,13 @@ SpeculativeConfig mtp(int k) {
   return c;
 }
 
-// Prompts of 1 to 30 ids (a one-token prompt has no MTP position before
-// its first draft), some repeating a short period.
 std::vector<std::vector<int32_t>> prompts(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> out;
-  for (int i = 0; i < n; ++i) {
-    const int len = i == 0 ? 1 : 2 + static_cast<int>(rng() % 29);
-    std::vector<int32_t> base(1 + rng() % 5);
-    for (int32_t& t : base) t = 3 + static_cast<int32_t>(rng() % 500);
-    std::vector<int32_t> p;
-    for (int j = 0; j < len; ++j) {
-      p.push_back(i % 2 ? base[j % base.size()] : 3 + static_cast<int32_t>(rng() % 500));
-    }
-    out.push_back(p);
-  }
-  return out;
+  return test::spec::id_prompts(n, seed, 30);
 }
 
 std::vector<std::vector<int32_t>> run(LLMEngine& engine, const std::vector<std::vector<int32_t>>& ps,
                                       const std::vector<SamplingParams>& params) {
-  std::vector<std::vector<int32_t>> out(ps.size());
-  for (size_t i = 0; i < ps.size(); ++i) {
-    engine.add_request(std::to_string(i), ps[i], params[params.size() == 1 ? 0 : i]);
-  }
-  while (engine.has_unfinished()) {
-    for (RequestOutput& o : engine.step()) {
-      if (o.finished) out[std::stoul(o.request_id)] = o.token_ids;
-    }
-    engine.check_invariants();
-  }
-  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks()) << "a block leaked";
-  return out;
+  return test::spec::run_ids(engine, ps, params);
 }
 
 std::vector<std::vector<int32_t>> run(const std::string& model, const EngineOptions& o,
@@ -167,22 +143,7 @@ TEST(MtpProposer, PrefixCacheHitsEqualPlain) {
   }
 }
 
-// What the MTP layer computed in a run: its logits per (request,
-// position) and its drafts per (request, tokens so far).
-struct MtpRecord {
-  std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
-  std::map<std::pair<std::string, int64_t>, std::vector<int32_t>> drafts;
-  void observe(LLMEngine& engine) {
-    MtpProposer::Observer o;
-    o.logits = [this](const std::string& id, int64_t pos, const float* row, int64_t vocab) {
-      logits[{id, pos}].assign(row, row + vocab);
-    };
-    o.drafts = [this](const std::string& id, int64_t n, std::span<const int32_t> d) {
-      drafts[{id, n}].assign(d.begin(), d.end());
-    };
-    engine.set_mtp_observer(std::move(o));
-  }
-};
+using test::spec::MtpRecord;
 
 TEST(MtpProposer, PrefixCacheHitsKeepTheMtpLayersEntries) {
   // The MTP entry at a block's last position pairs it with the next token,
