@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -107,7 +108,39 @@ struct MtpRecord {
     };
     engine.set_mtp_observer(std::move(o));
   }
+  // Every logits row here is in `other` (equal within 1e-5 of its largest
+  // magnitude), and so are the drafts.
+  void expect_same_as(const MtpRecord& other) const {
+    ASSERT_FALSE(logits.empty());
+    for (const auto& [key, row] : logits) {
+      const auto it = other.logits.find(key);
+      ASSERT_NE(it, other.logits.end()) << key.first << " position " << key.second;
+      float max_abs = 0, max_diff = 0;
+      for (size_t v = 0; v < row.size(); ++v) {
+        max_abs = std::max(max_abs, std::abs(it->second[v]));
+        max_diff = std::max(max_diff, std::abs(row[v] - it->second[v]));
+      }
+      EXPECT_LE(max_diff, 1e-5f * max_abs) << "request " << key.first << " position " << key.second;
+    }
+    EXPECT_EQ(drafts, other.drafts);
+  }
 };
+
+// n sampling parameters for randomized runs: greedy with 1 to 50 tokens,
+// about a third sampled at temperature 0.8 with a seed.
+template <typename Rng>
+std::vector<SamplingParams> random_params(Rng& rng, size_t n) {
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < n; ++i) {
+    SamplingParams p = test::greedy(1 + static_cast<int>(rng() % 50));
+    if (rng() % 3 == 0) {
+      p.temperature = 0.8f;
+      p.seed = rng();
+    }
+    params.push_back(p);
+  }
+  return params;
+}
 
 // Runs the prompts to the end step by step, checking the engine's
 // invariants after each step; returns outputs in prompt order.

@@ -176,18 +176,7 @@ TEST(MtpProposer, PrefixCacheHitsKeepTheMtpLayersEntries) {
   LLMEngine fresh(model, o);
   without.observe(fresh);
   EXPECT_EQ(run(fresh, second, {test::greedy(12)}), a);
-  ASSERT_FALSE(with_hits.logits.empty());
-  for (const auto& [key, row] : with_hits.logits) {
-    const auto it = without.logits.find(key);
-    ASSERT_NE(it, without.logits.end()) << key.first << " position " << key.second;
-    float max_abs = 0, max_diff = 0;
-    for (size_t v = 0; v < row.size(); ++v) {
-      max_abs = std::max(max_abs, std::abs(it->second[v]));
-      max_diff = std::max(max_diff, std::abs(row[v] - it->second[v]));
-    }
-    EXPECT_LE(max_diff, 1e-5f * max_abs) << "request " << key.first << " position " << key.second;
-  }
-  EXPECT_EQ(with_hits.drafts, without.drafts);
+  with_hits.expect_same_as(without);
 }
 
 // Random pools, budgets, block sizes, k and sampling (greedy and seeded
@@ -204,15 +193,7 @@ TEST(MtpProposer, RandomizedInvariants) {
     o.speculative_config->adaptive = rng() % 2 == 0;
     LLMEngine engine(checkpoints().v3, o);
     const auto ps = prompts(8, 10 + trial);
-    std::vector<SamplingParams> params;
-    for (size_t i = 0; i < ps.size(); ++i) {
-      SamplingParams p = test::greedy(1 + static_cast<int>(rng() % 50));
-      if (rng() % 3 == 0) {
-        p.temperature = 0.8f;
-        p.seed = rng();
-      }
-      params.push_back(p);
-    }
+    const std::vector<SamplingParams> params = test::spec::random_params(rng, ps.size());
     run(engine, ps, params);
   }
 }
