@@ -33,15 +33,17 @@ constexpr int64_t kBlockBytes = kBlockPairs * kPairStride * 2;
 
 // acc[r][v] (+)= sum over pairs [p0, p1) of x row r's pair times the panel's
 // pair, for rows x + r * ldx; y rows at y + r * ldy (panel-local columns).
-// `ahead` (may be null): bytes to prefetch into L2 meanwhile, one line per
-// pair. Not inlined: inside its callers' loops at -O3 the tile ran out of
-// general registers and reloaded row offsets from the stack every pair
-// (~3% of a batched decode step).
+// `stream`: this tile is the first over the block, which it reads from
+// memory (the others find it in L2). `ahead` (may be null): bytes to
+// prefetch into L2 meanwhile, one line per pair. Not inlined: inside its
+// callers' loops at -O3 the tile ran out of general registers and reloaded
+// row offsets from the stack every pair (~3% of a batched decode step).
 template <int R>
 __attribute__((noinline)) PAGODA_BF16_TARGET void panel_tile(const uint16_t* x, int64_t ldx,
                                                              const uint16_t* panel, int64_t p0,
                                                              int64_t p1, bool first, float* y,
-                                                             int64_t ldy, const char* ahead) {
+                                                             int64_t ldy, bool stream,
+                                                             const char* ahead) {
   __m512 acc[R][kVectors];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -55,11 +57,14 @@ __attribute__((noinline)) PAGODA_BF16_TARGET void panel_tile(const uint16_t* x, 
 #pragma GCC unroll 4
     for (int v = 0; v < kVectors; ++v) w[v] = (__m512bh)_mm512_loadu_si512(b + 32 * v);
     if (ahead) __builtin_prefetch(ahead + (p - p0) * 64, 0, 1);
-    if constexpr (R == 1) {
-      // A lone row (decode) is bound by streaming the panel: ask for all
-      // four lines of the pair 4 KiB ahead, into L2 (locality 1). Asking for
-      // one line in four, or with the non-temporal hint, left the stream at
-      // ~70% of the read probe on Zen 4; this keeps it near 90%.
+    if (stream) {
+      // The stream from memory: ask for all four lines of the pair 4 KiB
+      // ahead, into L2 (locality 1). A lone row (decode) is bound by it:
+      // asking for one line in four, or with the non-temporal hint, left it
+      // at ~70% of the read probe on Zen 4; this keeps it near 90%. At a
+      // few rows (batched decode) the hardware prefetcher alone also lags
+      // the tile's arithmetic: m = 8 steps of linear_stream_bench took
+      // 34.1-41.2 ms without, 30.9-36.8 with (Zen 5, interleaved pairs).
 #pragma GCC unroll 4
       for (int v = 0; v < kVectors; ++v) __builtin_prefetch(b + 16 * kPairStride + 32 * v, 0, 1);
     }
@@ -83,9 +88,10 @@ __attribute__((noinline)) PAGODA_BF16_TARGET void panel_tile(const uint16_t* x, 
 template <int R>
 PAGODA_BF16_TARGET inline void remainder_tile(int64_t rows, const uint16_t* x, int64_t ldx,
                                               const uint16_t* panel, int64_t p0, int64_t p1,
-                                              float* y, int64_t ldy, const char* ahead) {
-  if (rows == R) return panel_tile<R>(x, ldx, panel, p0, p1, p0 == 0, y, ldy, ahead);
-  if constexpr (R > 1) remainder_tile<R - 1>(rows, x, ldx, panel, p0, p1, y, ldy, ahead);
+                                              float* y, int64_t ldy, bool stream,
+                                              const char* ahead) {
+  if (rows == R) return panel_tile<R>(x, ldx, panel, p0, p1, p0 == 0, y, ldy, stream, ahead);
+  if constexpr (R > 1) remainder_tile<R - 1>(rows, x, ldx, panel, p0, p1, y, ldy, stream, ahead);
 }
 
 // Rows [0, m) x one panel, all k, into y (ldy, kPackedCols valid columns).
@@ -104,10 +110,12 @@ PAGODA_BF16_TARGET void panel_rows(const uint16_t* x, int64_t m, const uint16_t*
     };
     int64_t r = 0;
     for (; r + kTileRows <= m; r += kTileRows)
-      panel_tile<kTileRows>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy, ahead(r));
+      panel_tile<kTileRows>(x + r * k, k, panel, p0, p1, p0 == 0, y + r * ldy, ldy, r == 0,
+                            ahead(r));
     // The remaining rows as one narrower tile: one pass over the block.
     if (r < m) {
-      remainder_tile<kTileRows - 1>(m - r, x + r * k, k, panel, p0, p1, y + r * ldy, ldy, ahead(r));
+      remainder_tile<kTileRows - 1>(m - r, x + r * k, k, panel, p0, p1, y + r * ldy, ldy, r == 0,
+                                    ahead(r));
     }
   }
 }
