@@ -98,15 +98,24 @@ inline std::vector<std::vector<int32_t>> run_ids(LLMEngine& engine,
 struct MtpRecord {
   std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
   std::map<std::pair<std::string, int64_t>, std::vector<int32_t>> drafts;
-  void observe(LLMEngine& engine) {
+  // with_logits: every position's logits too (the MTP passes then run the
+  // whole layer over every position, not only where drafts need it).
+  void observe(LLMEngine& engine, bool with_logits = true) {
     MtpProposer::Observer o;
-    o.logits = [this](const std::string& id, int64_t pos, const float* row, int64_t vocab) {
-      logits[{id, pos}].assign(row, row + vocab);
-    };
+    if (with_logits) {
+      o.logits = [this](const std::string& id, int64_t pos, const float* row, int64_t vocab) {
+        logits[{id, pos}].assign(row, row + vocab);
+      };
+    }
     o.drafts = [this](const std::string& id, int64_t n, std::span<const int32_t> d) {
       drafts[{id, n}].assign(d.begin(), d.end());
     };
     engine.set_mtp_observer(std::move(o));
+  }
+  int64_t num_drafts() const {
+    int64_t n = 0;
+    for (const auto& [key, d] : drafts) n += static_cast<int64_t>(d.size());
+    return n;
   }
   // Every logits row here is in `other` (equal within 1e-5 of its largest
   // magnitude), and so are the drafts.

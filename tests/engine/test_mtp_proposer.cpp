@@ -179,6 +179,37 @@ TEST(MtpProposer, PrefixCacheHitsKeepTheMtpLayersEntries) {
   with_hits.expect_same_as(without);
 }
 
+// The MTP layer runs its attention, FFN and head only where a draft is
+// taken from it (a drafting request's last position, then one row per
+// chained draft): every other position of the catch-up pass (prompt
+// chunks, accepted drafts, requests the adaptive switch stopped) only
+// writes the layer's cache entry. So the rows through the block equal the
+// drafts made, and the drafts equal those of passes that run the whole
+// layer at every position (an observer of every position's logits).
+TEST(MtpProposer, OnlyDraftingRowsRunTheBlockPastItsCacheWrite) {
+  for (const std::string& model : {checkpoints().v3, checkpoints().v32}) {
+    const auto ps = prompts(10, 6);
+    const auto params = mixed_limits(ps.size());
+    const auto plain = run(model, EngineOptions{}, ps, params);
+    EngineOptions o;
+    o.max_num_batched_tokens = 9;  // prompts in chunks
+    o.block_size = 4;
+    o.speculative_config = mtp(3);
+    o.speculative_config->adaptive = true;  // some requests stop drafting
+    MtpRecord drafts_only, every_row;
+    LLMEngine engine(model, o), full(model, o);
+    drafts_only.observe(engine, /*with_logits=*/false);
+    every_row.observe(full);
+    EXPECT_EQ(run(engine, ps, params), plain) << model;
+    EXPECT_EQ(run(full, ps, params), plain) << model;
+    EXPECT_GT(drafts_only.num_drafts(), 50) << model;
+    EXPECT_EQ(engine.model().mtp_output_rows(), drafts_only.num_drafts()) << model;
+    // The catch-up passes computed every prompt and output position besides.
+    EXPECT_GT(full.model().mtp_output_rows(), engine.model().mtp_output_rows() + 200) << model;
+    EXPECT_EQ(drafts_only.drafts, every_row.drafts) << model;
+  }
+}
+
 // Random pools, budgets, block sizes, k and sampling (greedy and seeded
 // temperature): every step's invariants hold and every block returns.
 TEST(MtpProposer, RandomizedInvariants) {

@@ -113,19 +113,21 @@ void MtpProposer::propose(const ProposeStep& step) {
       const float* x = hidden + static_cast<size_t>(it->second.first + (pos - from)) * h;
       hidden_in_.insert(hidden_in_.end(), x, x + h);
     }
+    // The rows whose outputs are used: the last of a drafting request,
+    // which computed up to its last token, whose successor is draft 1 (the
+    // layer at position n - 2 predicts position n). The others only write
+    // the layer's cache entries (mtp_forward), unless an observer sees
+    // every row's logits.
     const auto end = static_cast<int32_t>(batch_.token_ids.size());
+    const bool drafts = p.num_drafts > 0 && to == n - 1;
     if (observer_.logits) {
       for (int32_t t = end - static_cast<int32_t>(to - from); t < end; ++t) {
         batch_.logits_indices.push_back(t);
       }
-    } else if (p.num_drafts > 0) {
+    } else if (drafts) {
       batch_.logits_indices.push_back(end - 1);
     }
-    // A drafting request computed up to its last token, whose successor
-    // is draft 1 (the layer at position n - 2 predicts position n).
-    if (p.num_drafts > 0 && to == n - 1) {
-      drafting.push_back({&r, p.num_drafts, batch_.logits_indices.size() - 1, from});
-    }
+    if (drafts) drafting.push_back({&r, p.num_drafts, batch_.logits_indices.size() - 1, from});
     seqs_.push_back({&r, from, to - from});
     r.num_proposer_computed_tokens = to;
   }

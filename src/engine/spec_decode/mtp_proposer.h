@@ -19,7 +19,10 @@
 //    token after its position, which a block's hash does not cover, so a
 //    prefix hit gives up its last block (KVCacheManager::
 //    set_drop_last_hit_block). Its logits at a drafting request's last
-//    position give draft 1.
+//    position give draft 1; every other position only writes the layer's
+//    cache entry (the input projections and the K/V write, not the block's
+//    attention, FFN and head: CausalLM::mtp_forward), so a request that
+//    does not draft (its prompt, adaptive switch-off) costs little.
 //  * chain passes: draft j + 1 from the pair (the layer's own output at the
 //    previous position, draft j) one position further, as vLLM reuses its
 //    one MTP layer k times. These entries are not the request's (they pair
