@@ -735,9 +735,7 @@ void DeepseekV3Model::mtp_forward(const BatchMetadata& batch, const float* hidde
   ffn(w, rows);
   vocab_.final_logits(out.logits_indices, rows, ws_.residual.data(), ws_.proj.data(),
                       m.shared_head_norm, eps, ws_.selected.data(), logits);
-  for (int64_t r = 0; r < rows; ++r) {  // the block's output x'
-    for (int64_t j = 0; j < h; ++j) hidden_out[r * h + j] = ws_.residual[r * h + j] + ws_.proj[r * h + j];
-  }
+  for (int64_t i = 0; i < rows * h; ++i) hidden_out[i] = ws_.residual[i] + ws_.proj[i];  // x'
 }
 
 }  // namespace

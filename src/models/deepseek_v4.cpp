@@ -655,7 +655,8 @@ void DeepseekV4Model::write_caches(const Layer& w, const BatchMetadata& batch,
   // The compressors: an entry completed by a token is visible to it (spec
   // §4.3), so they run before attention.
   const int32_t bs = kv.block_size;
-  const ops::V4EntryLayout comp = entry_layout(kv, layer, kCompressed, static_cast<int32_t>(bs / w.ratio));
+  const ops::V4EntryLayout comp =
+      entry_layout(kv, layer, kCompressed, static_cast<int32_t>(bs / w.ratio));
   auto run = [&](Compressor& c, int state_cache, auto&& store) {
     const KVCacheView::Cache& sc = kv.layers[layer][state_cache];
     PagedRows rows{static_cast<uint8_t*>(sc.data), sc.page_bytes, sc.block_size,
@@ -930,7 +931,8 @@ void DeepseekV4Model::mtp_forward(const BatchMetadata& batch, const float* hidde
   attention_input(m.block, rows);
   finish_block(m.block, out, kv, layer, rows);
   head_logits(out.logits_indices, m.hc_head, m.norm, logits);
-  std::memcpy(hidden_out, ws.X.data(), rows * hc * h * sizeof(float));  // the block's output streams
+  // The block's output streams.
+  std::memcpy(hidden_out, ws.X.data(), rows * hc * h * sizeof(float));
 }
 
 }  // namespace

@@ -165,8 +165,8 @@ void MtpProposer::propose(const ProposeStep& step) {
   for (Drafting& d : drafting) {
     Request& r = *d.request;
     if (observer_.draft_logits) {
-      observer_.draft_logits(r.request_id, r.num_tokens() - 2, logits_.data() + d.row * vocab_size_,
-                             vocab_size_);
+      observer_.draft_logits(r.request_id, r.num_tokens() - 2,
+                             logits_.data() + d.row * vocab_size_, vocab_size_);
     }
     const int32_t token =
         greedy_token(std::span<const float>(logits_.data() + d.row * vocab_size_, vocab_size_));
