@@ -74,35 +74,48 @@ void LightningIndexer::reserve(int64_t tokens) {
   key_slots_.resize(tokens * ds_.index_topk);
 }
 
+void LightningIndexer::write_keys(const float* x, const BatchMetadata& batch,
+                                  const KVGroupMetadata& group, void* cache,
+                                  const KVCacheView& kv, int64_t tokens) {
+  reserve(tokens);
+  const int64_t d = ds_.index_head_dim;
+  ops::linear(x, tokens, wk_, nullptr, k_.data());
+  ops::layer_norm(k_.data(), k_norm_weight_, k_norm_bias_, tokens, d, eps_, k_.data());
+  // RoPE on the FIRST rope dims, half-split pairs (spec §0.3: the layout
+  // DeepSeek fixed in Nov 2025), with MLA's frequency table; select()
+  // rotates q the same way.
+  ops::RopeParams p;
+  p.num_heads = 1;
+  p.head_dim = static_cast<int>(d);
+  p.rot_dim = static_cast<int>(ds_.qk_rope_head_dim);
+  p.layout = ops::RopeLayout::NeoX;
+  ops::rope(k_.data(), tokens, batch.positions.data(), inv_freq_.data(), p);
+  // The rotation leaves q.k unchanged in exact arithmetic; it spreads
+  // outliers before a quantised cache rounds the keys, as DeepSeek does.
+  hadamard_rotate(k_.data(), tokens, d);
+  const ops::IndexerLayout layout{kv.block_size, static_cast<int>(d), kv.dtype};
+  ops::write_indexer_k(k_.data(), group.slot_mapping.data(), tokens, layout, cache);
+}
+
 void LightningIndexer::select(const float* x, const float* c_q, const BatchMetadata& batch,
-                              const KVGroupMetadata& group, void* cache, const KVCacheView& kv,
-                              int64_t tokens, int32_t* topk_positions) {
+                              const KVGroupMetadata& group, const void* cache,
+                              const KVCacheView& kv, int64_t tokens, int32_t* topk_positions) {
   reserve(tokens);
   const int64_t hi = ds_.index_n_heads, d = ds_.index_head_dim;
   ops::linear(c_q, tokens, wq_b_, nullptr, q_.data());
-  ops::linear(x, tokens, wk_, nullptr, k_.data());
   ops::linear(x, tokens, weights_proj_, nullptr, w_.data());
-  ops::layer_norm(k_.data(), k_norm_weight_, k_norm_bias_, tokens, d, eps_, k_.data());
-  // RoPE on the FIRST rope dims, half-split pairs (spec §0.3: the layout
-  // DeepSeek fixed in Nov 2025), with MLA's frequency table.
-  ops::RopeParams p;
+  ops::RopeParams p;  // as write_keys rotates the keys
   p.num_heads = static_cast<int>(hi);
   p.head_dim = static_cast<int>(d);
   p.rot_dim = static_cast<int>(ds_.qk_rope_head_dim);
   p.layout = ops::RopeLayout::NeoX;
   ops::rope(q_.data(), tokens, batch.positions.data(), inv_freq_.data(), p);
-  p.num_heads = 1;
-  ops::rope(k_.data(), tokens, batch.positions.data(), inv_freq_.data(), p);
-  // The rotation leaves q.k unchanged in exact arithmetic; it spreads
-  // outliers before a quantised cache rounds the keys, as DeepSeek does.
   hadamard_rotate(q_.data(), tokens * hi, d);
-  hadamard_rotate(k_.data(), tokens, d);
   const float head_scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * static_cast<double>(d)));
   for (int64_t i = 0; i < tokens * hi; ++i) w_[i] *= head_scale;
 
   const ops::IndexerLayout layout{kv.block_size, static_cast<int>(d), kv.dtype};
-  ops::write_indexer_k(k_.data(), group.slot_mapping.data(), tokens, layout, cache);
   const ops::AttentionBatch ab = attention_batch(batch, group);
   // Positions, not slots: the latent cache is another group, with block
   // tables of its own. In position order, so that with index_topk >= the

@@ -30,14 +30,18 @@ class LightningIndexer {
   // The key cache spec of one layer for a cache of kv_dtype.
   static KVCacheSpec cache_spec(const DeepseekConfig& ds, DType kv_dtype);
 
-  // For the step's tokens: writes their keys into `cache` and fills
-  // topk_positions [tokens, index_topk] with the positions (in its own
-  // sequence) of the cached tokens each token attends to (-1 padded). x: the layer's normalised input
-  // [tokens, hidden]; c_q: the q LoRA output after q_a_layernorm
+  // Writes the step's tokens' keys into `cache` (every token's, before any
+  // select of the step reads them). x: the layer's normalised input
+  // [tokens, hidden].
+  void write_keys(const float* x, const BatchMetadata& batch, const KVGroupMetadata& group,
+                  void* cache, const KVCacheView& kv, int64_t tokens);
+  // Fills topk_positions [tokens, index_topk] with the positions (in its
+  // own sequence) of the cached tokens each token attends to (-1 padded).
+  // x as for write_keys; c_q: the q LoRA output after q_a_layernorm
   // [tokens, q_lora_rank].
   void select(const float* x, const float* c_q, const BatchMetadata& batch,
-              const KVGroupMetadata& group, void* cache, const KVCacheView& kv, int64_t tokens,
-              int32_t* topk_positions);
+              const KVGroupMetadata& group, const void* cache, const KVCacheView& kv,
+              int64_t tokens, int32_t* topk_positions);
 
  private:
   void reserve(int64_t tokens);

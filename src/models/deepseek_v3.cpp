@@ -11,6 +11,7 @@
 #include "models/deepseek_config.h"
 #include "models/deepseek_indexer.h"
 #include "models/linear_weights.h"
+#include "models/output_rows.h"
 #include "models/rope.h"
 #include "models/vocab_parallel.h"
 #include "models/weights.h"
@@ -212,6 +213,7 @@ class DeepseekV3Model final : public CausalLM {
   }
   void mtp_forward(const BatchMetadata& batch, const float* hidden, const KVCacheView& kv,
                    float* logits, float* hidden_out) override;
+  int64_t mtp_output_rows() const override { return mtp_output_rows_; }
 
   void forward(const BatchMetadata& batch, const KVCacheView& kv, float* logits) override;
 
@@ -245,10 +247,23 @@ class DeepseekV3Model final : public CausalLM {
     return matrix_bytes(e.gate) + matrix_bytes(e.up) + matrix_bytes(e.down);
   }
   void reserve(int64_t tokens);
-  // Layer `layer`'s attention; its caches are kv.layers[layer]: the latent
-  // entries, then (V3.2) the indexer keys.
+  // Layer `layer`'s attention over the normalised input ws_.hidden; its
+  // caches are kv.layers[layer]: the latent entries, then (V3.2) the
+  // indexer keys. The three parts below in order.
   void attention(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
                  int64_t tokens);
+  // The projections of ws_.hidden: q (ws_.q, through the q LoRA when the
+  // model has one, leaving c_q in ws_.q_a) and / or kv_a = [c_kv ; k_pe]
+  // (ws_.kv_a), in one pass over the rows when both.
+  void project(const Layer& w, int64_t tokens, bool q, bool kv_a);
+  // Writes the rows' cache entries from ws_.kv_a: the latents (c_kv
+  // normalised, k_pe rotated) and (V3.2) the indexer keys of ws_.hidden.
+  void write_caches(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
+                    size_t layer, int64_t tokens);
+  // The attention of the rows' queries over the caches (their own entries
+  // written) into ws_.proj.
+  void attend(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
+              int64_t tokens);
   // The latent-cache slots of the indexer's picks (positions in each
   // token's own sequence), through the latent group's block tables.
   void positions_to_slots(const BatchMetadata& batch, const KVGroupMetadata& group,
@@ -276,6 +291,8 @@ class DeepseekV3Model final : public CausalLM {
   int64_t mtp_bytes_ = 0;
   std::unique_ptr<MtpLayer> mtp_;  // enable_mtp
   std::vector<float> mtp_hidden_;  // [tokens of the last forward, hidden]
+  BatchMetadata mtp_outputs_;      // an MTP pass's output rows (output_rows_batch)
+  int64_t mtp_output_rows_ = 0;
   Workspace ws_;
   IndexTopkObserver index_topk_observer_;  // set_index_topk_observer (tests)
 };
@@ -487,33 +504,74 @@ void DeepseekV3Model::positions_to_slots(const BatchMetadata& batch, const KVGro
 
 void DeepseekV3Model::attention(const Layer& w, const BatchMetadata& batch,
                                 const KVCacheView& kv, size_t layer, int64_t tokens) {
-  const KVCacheView::Cache& latent = kv.layers[layer][0];
-  const KVGroupMetadata& group = batch.kv_groups[latent.group];
-  void* cache = latent.data;
-  Workspace& ws = ws_;
-  const auto eps = static_cast<float>(config_.rms_norm_eps);
-  const int64_t hn = shard_.heads, nope = ds_.qk_nope_head_dim, rope = ds_.qk_rope_head_dim;
-  const int64_t qh = ds_.q_head_dim(), lora = ds_.kv_lora_rank, v = ds_.v_head_dim;
-  const int64_t entry = lora + rope;
+  project(w, tokens, /*q=*/true, /*kv_a=*/true);
+  write_caches(w, batch, kv, layer, tokens);
+  attend(w, batch, kv, layer, tokens);
+}
 
-  // Projections of the normalised input: q (through the q LoRA when the
-  // model has one) and the latent kv_a = [c_kv ; k_pe], shared by all heads.
-  if (ds_.q_lora_rank > 0) {
-    const ops::LinearOutput outs[2] = {{&w.q_a, nullptr, ws.q_a.data()},
-                                       {&w.kv_a, nullptr, ws.kv_a.data()}};
-    ops::linear_multi(ws.hidden.data(), tokens, outs, 2);
+void DeepseekV3Model::project(const Layer& w, int64_t tokens, bool q, bool kv_a) {
+  Workspace& ws = ws_;
+  // q through the q LoRA when the model has one; kv_a is shared by all heads.
+  const ops::Matrix* q_first = ds_.q_lora_rank > 0 ? &w.q_a : &w.q_proj;
+  float* q_out = ds_.q_lora_rank > 0 ? ws.q_a.data() : ws.q.data();
+  ops::LinearOutput outs[2];
+  int n = 0;
+  if (q) outs[n++] = {q_first, nullptr, q_out};
+  if (kv_a) outs[n++] = {&w.kv_a, nullptr, ws.kv_a.data()};
+  ops::linear_multi(ws.hidden.data(), tokens, outs, n);
+  if (q && ds_.q_lora_rank > 0) {
+    const auto eps = static_cast<float>(config_.rms_norm_eps);
     ops::rms_norm(ws.q_a.data(), w.q_a_norm, tokens, ds_.q_lora_rank, eps, ws.q_a.data());
     ops::linear(ws.q_a.data(), tokens, w.q_b, nullptr, ws.q.data());
-  } else {
-    const ops::LinearOutput outs[2] = {{&w.q_proj, nullptr, ws.q.data()},
-                                       {&w.kv_a, nullptr, ws.kv_a.data()}};
-    ops::linear_multi(ws.hidden.data(), tokens, outs, 2);
   }
+}
+
+void DeepseekV3Model::write_caches(const Layer& w, const BatchMetadata& batch,
+                                   const KVCacheView& kv, size_t layer, int64_t tokens) {
+  const KVCacheView::Cache& latent = kv.layers[layer][0];
+  const KVGroupMetadata& group = batch.kv_groups[latent.group];
+  Workspace& ws = ws_;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const int64_t rope = ds_.qk_rope_head_dim, lora = ds_.kv_lora_rank, entry = lora + rope;
   for (int64_t t = 0; t < tokens; ++t) {  // c_kv = RMSNorm(kv_a[:lora]), in place
     float* c_kv = ws.kv_a.data() + t * entry;
     ops::rms_norm(c_kv, w.kv_a_norm, 1, lora, eps, c_kv);
   }
-  // RoPE, interleaved pairs, on the last rope dims of each q head and on k_pe.
+  // RoPE, interleaved pairs, on k_pe (attend() rotates q's last rope dims
+  // the same way).
+  ops::RopeParams kp;
+  kp.num_heads = 1;
+  kp.head_dim = static_cast<int>(entry);
+  kp.offset = static_cast<int>(lora);
+  kp.rot_dim = static_cast<int>(rope);
+  kp.layout = ops::RopeLayout::Interleaved;
+  ops::rope(ws.kv_a.data(), tokens, batch.positions.data(), inv_freq_.data(), kp);
+  if (rope_scale_ != 1.0f) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t i = 0; i < rope; ++i) ws.kv_a[t * entry + lora + i] *= rope_scale_;
+    }
+  }
+  const ops::MLALayout layout{kv.block_size, static_cast<int>(lora), static_cast<int>(rope),
+                              kv.dtype};
+  ops::write_mla_kv(ws.kv_a.data(), ws.kv_a.data() + lora, group.slot_mapping.data(), tokens,
+                    layout, latent.data, entry, entry);
+  if (w.indexer) {
+    const KVCacheView::Cache& keys = kv.layers[layer][1];
+    w.indexer->write_keys(ws.hidden.data(), batch, batch.kv_groups[keys.group], keys.data, kv,
+                          tokens);
+  }
+}
+
+void DeepseekV3Model::attend(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
+                             size_t layer, int64_t tokens) {
+  const KVCacheView::Cache& latent = kv.layers[layer][0];
+  const KVGroupMetadata& group = batch.kv_groups[latent.group];
+  const void* cache = latent.data;
+  Workspace& ws = ws_;
+  const int64_t hn = shard_.heads, nope = ds_.qk_nope_head_dim, rope = ds_.qk_rope_head_dim;
+  const int64_t qh = ds_.q_head_dim(), lora = ds_.kv_lora_rank, v = ds_.v_head_dim;
+  const int64_t entry = lora + rope;
+  // RoPE, interleaved pairs, on the last rope dims of each q head.
   ops::RopeParams qp;
   qp.num_heads = static_cast<int>(hn);
   qp.head_dim = static_cast<int>(qh);
@@ -521,14 +579,8 @@ void DeepseekV3Model::attention(const Layer& w, const BatchMetadata& batch,
   qp.rot_dim = static_cast<int>(rope);
   qp.layout = ops::RopeLayout::Interleaved;
   ops::rope(ws.q.data(), tokens, batch.positions.data(), inv_freq_.data(), qp);
-  ops::RopeParams kp = qp;
-  kp.num_heads = 1;
-  kp.head_dim = static_cast<int>(entry);
-  kp.offset = static_cast<int>(lora);
-  ops::rope(ws.kv_a.data(), tokens, batch.positions.data(), inv_freq_.data(), kp);
   if (rope_scale_ != 1.0f) {
     for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t i = 0; i < rope; ++i) ws.kv_a[t * entry + lora + i] *= rope_scale_;
       for (int64_t hh = 0; hh < hn; ++hh) {
         for (int64_t i = 0; i < rope; ++i) ws.q[(t * hn + hh) * qh + nope + i] *= rope_scale_;
       }
@@ -536,8 +588,6 @@ void DeepseekV3Model::attention(const Layer& w, const BatchMetadata& batch,
   }
   const ops::MLALayout layout{kv.block_size, static_cast<int>(lora), static_cast<int>(rope),
                               kv.dtype};
-  ops::write_mla_kv(ws.kv_a.data(), ws.kv_a.data() + lora, group.slot_mapping.data(), tokens,
-                    layout, cache, entry, entry);
 
   // Absorbed form: q_lat[t, h] = [W_UK_h^T q_nope ; q_pe], attention in the
   // latent space, then o_h = W_UV_h o_lat.
@@ -650,6 +700,7 @@ void DeepseekV3Model::mtp_forward(const BatchMetadata& batch, const float* hidde
                kv.layers.size());
   reserve(tokens);
   const MtpLayer& m = *mtp_;
+  const size_t layer = layers_.size();
   // [enorm(e) ; hnorm(h)], e the embedding of token t + 1, zeroed at
   // position 0 as vLLM does (the pair (h_0, tok_1) then carries no token).
   vocab_.embed(batch.token_ids.data(), tokens, ws_.residual.data());
@@ -665,18 +716,26 @@ void DeepseekV3Model::mtp_forward(const BatchMetadata& batch, const float* hidde
   ops::linear(ws_.mtp_in.data(), tokens, m.eh_proj, nullptr, ws_.residual.data());
   const Layer& w = m.block;
   ops::rms_norm(ws_.residual.data(), w.input_norm, tokens, h, eps, ws_.hidden.data());
-  attention(w, batch, kv, layers_.size(), tokens);
-  ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
+  // Every row's cache entries (later positions read them); the rest of the
+  // block and the head only for the rows whose outputs are wanted
+  // (models/output_rows.h).
+  project(w, tokens, /*q=*/false, /*kv_a=*/true);
+  write_caches(w, batch, kv, layer, tokens);
+  output_rows_batch(batch, mtp_outputs_);
+  const BatchMetadata& out = mtp_outputs_;
+  const int64_t rows = out.num_tokens();
+  mtp_output_rows_ += rows;
+  if (rows == 0) return;
+  gather_rows(ws_.residual.data(), h, batch.logits_indices);
+  gather_rows(ws_.hidden.data(), h, batch.logits_indices);
+  project(w, rows, /*q=*/true, /*kv_a=*/false);
+  attend(w, out, kv, layer, rows);
+  ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, rows, h, eps,
                     ws_.hidden.data());
-  ffn(w, tokens);
-  vocab_.final_logits(batch.logits_indices, tokens, ws_.residual.data(), ws_.proj.data(),
+  ffn(w, rows);
+  vocab_.final_logits(out.logits_indices, rows, ws_.residual.data(), ws_.proj.data(),
                       m.shared_head_norm, eps, ws_.selected.data(), logits);
-  for (size_t r = 0; r < batch.logits_indices.size(); ++r) {  // the block's output x'
-    const int64_t t = batch.logits_indices[r];
-    for (int64_t j = 0; j < h; ++j) {
-      hidden_out[r * h + j] = ws_.residual[t * h + j] + ws_.proj[t * h + j];
-    }
-  }
+  for (int64_t i = 0; i < rows * h; ++i) hidden_out[i] = ws_.residual[i] + ws_.proj[i];  // x'
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "models/deepseek_v4_config.h"
 #include "models/linear_weights.h"
 #include "models/mhc.h"
+#include "models/output_rows.h"
 #include "models/rope.h"
 #include "models/vocab_parallel.h"
 #include "models/weights.h"
@@ -226,6 +227,7 @@ class DeepseekV4Model final : public CausalLM {
   const float* mtp_hidden_states() const override { return mtp_ ? mtp_hidden_.data() : nullptr; }
   void mtp_forward(const BatchMetadata& batch, const float* hidden, const KVCacheView& kv,
                    float* logits, float* hidden_out) override;
+  int64_t mtp_output_rows() const override { return mtp_output_rows_; }
   // One MTP pass of one token: e_proj, h_proj (per stream: the same bytes),
   // its block and the shared head.
   int64_t mtp_weight_bytes_per_step() const override {
@@ -252,13 +254,25 @@ class DeepseekV4Model final : public CausalLM {
   // then MoE, each between its hc collapse and expand.
   void run_block(Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
                  int64_t tokens);
+  // Its parts: the attention input ws_.a (and the hc coefficients) from
+  // ws_.X, write_caches, then finish_block: attend and the rest.
+  void attention_input(Layer& w, int64_t tokens);
+  void finish_block(Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
+                    int64_t tokens);
   // logits of the rows `rows` of the streams ws_.X through hc_head, norm
   // and the shared head.
   void head_logits(const std::vector<int32_t>& rows, HyperConnection& hc_head, const float* norm,
                    float* logits);
   void reserve(int64_t tokens);
-  void attention(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
-                 int64_t tokens);
+  // Attention over ws_.a (the normalised collapsed input), in two parts:
+  // the rows' cache entries (the window entry, and the compressors'
+  // states, compressed entries and indexer keys), then ...
+  void write_caches(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
+                    size_t layer, int64_t tokens);
+  // ... the rows' queries over the caches (their own entries written)
+  // into ws_.o.
+  void attend(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv, size_t layer,
+              int64_t tokens);
   void select_entries(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
                       size_t layer, int64_t tokens, int comp_count);
   void moe(const Layer& w, const BatchMetadata& batch, int64_t tokens);
@@ -292,6 +306,8 @@ class DeepseekV4Model final : public CausalLM {
   int64_t mtp_bytes_ = 0;
   std::unique_ptr<MtpBlock> mtp_;  // enable_mtp
   std::vector<float> mtp_hidden_;  // [tokens of the last forward (or more), hc, hidden]
+  BatchMetadata mtp_outputs_;      // an MTP pass's output rows (output_rows_batch)
+  int64_t mtp_output_rows_ = 0;
   Workspace ws_;
   int64_t capacity_ = 0;
 };
@@ -612,18 +628,14 @@ void DeepseekV4Model::select_entries(const Layer& w, const BatchMetadata& batch,
   }
 }
 
-void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
-                                const KVCacheView& kv, size_t layer, int64_t tokens) {
+void DeepseekV4Model::write_caches(const Layer& w, const BatchMetadata& batch,
+                                   const KVCacheView& kv, size_t layer, int64_t tokens) {
   Workspace& ws = ws_;
-  const int64_t d = config_.head_dim, hn = shard_.heads, rope = v4_.qk_rope_head_dim;
+  const int64_t d = config_.head_dim, rope = v4_.qk_rope_head_dim;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   const float* a = ws.a.data();
-  // q: the q LoRA (shared with the indexer), per-head RMS without weight,
-  // RoPE on each head's last rope dims; kv: one shared entry per token.
-  ops::linear(a, tokens, w.wq_a, nullptr, ws.q_a.data());
-  ops::rms_norm(ws.q_a.data(), w.q_norm, tokens, v4_.q_lora_rank, eps, ws.q_a.data());
-  ops::linear(ws.q_a.data(), tokens, w.wq_b, nullptr, ws.q.data());
-  ops::rms_norm(ws.q.data(), ones_.data(), tokens * hn, d, eps, ws.q.data());
+  // kv: one shared entry per token, RoPE on its last rope dims (as attend()
+  // rotates each q head).
   ops::linear(a, tokens, w.wkv, nullptr, ws.kv.data());
   ops::rms_norm(ws.kv.data(), w.kv_norm, tokens, d, eps, ws.kv.data());
   ops::RopeParams rp;
@@ -631,55 +643,82 @@ void DeepseekV4Model::attention(const Layer& w, const BatchMetadata& batch,
   rp.offset = static_cast<int>(d - rope);
   rp.rot_dim = static_cast<int>(rope);
   rp.layout = ops::RopeLayout::Interleaved;
-  rp.num_heads = static_cast<int>(hn);
-  ops::rope(ws.q.data(), tokens, batch.positions.data(), w.inv_freq->data(), rp);
   rp.num_heads = 1;
   ops::rope(ws.kv.data(), tokens, batch.positions.data(), w.inv_freq->data(), rp);
 
-  // The window cache: the token's own entry first (it attends to itself).
+  // The window cache: the token's own entry too (it attends to itself).
+  const KVCacheView::Cache& window_cache = kv.layers[layer][kWindow];
+  const ops::V4EntryLayout window = entry_layout(kv, layer, kWindow, window_cache.block_size);
+  ops::write_v4_entries(ws.kv.data(), batch.kv_groups[window_cache.group].slot_mapping.data(),
+                        tokens, window, window_cache.data);
+  if (w.ratio == 0) return;
+  // The compressors: an entry completed by a token is visible to it (spec
+  // §4.3), so they run before attention.
+  const int32_t bs = kv.block_size;
+  const ops::V4EntryLayout comp =
+      entry_layout(kv, layer, kCompressed, static_cast<int32_t>(bs / w.ratio));
+  auto run = [&](Compressor& c, int state_cache, auto&& store) {
+    const KVCacheView::Cache& sc = kv.layers[layer][state_cache];
+    PagedRows rows{static_cast<uint8_t*>(sc.data), sc.page_bytes, sc.block_size,
+                   c.state_row_bytes()};
+    const int64_t n = c.run(a, batch, batch.kv_groups[sc.group], rows, tokens, ws.entries,
+                            ws.entry_rows);
+    store(n);
+  };
+  const KVGroupMetadata& comp_group = batch.kv_groups[kv.layers[layer][kCompressed].group];
+  run(*w.compressor, kState, [&](int64_t n) {
+    ws.entry_slots.resize(static_cast<size_t>(n));
+    for (int64_t e = 0; e < n; ++e) ws.entry_slots[e] = comp_group.slot_mapping[ws.entry_rows[e]];
+    ops::write_v4_entries(ws.entries.data(), ws.entry_slots.data(), n, comp,
+                          kv.layers[layer][kCompressed].data);
+  });
+  if (w.indexer) {
+    const KVCacheView::Cache& keys = kv.layers[layer][kIndexerK];
+    const KVGroupMetadata& key_group = batch.kv_groups[keys.group];
+    run(*w.indexer->compressor, kIndexerState, [&](int64_t n) {
+      ws.entry_slots.resize(static_cast<size_t>(n));
+      for (int64_t e = 0; e < n; ++e) ws.entry_slots[e] = key_group.slot_mapping[ws.entry_rows[e]];
+      ops::IndexerLayout layout;
+      layout.block_size = static_cast<int>(bs / 4);
+      layout.head_dim = static_cast<int>(v4_.index_head_dim);
+      layout.dtype = indexer_dtype(kv.dtype);
+      layout.page_stride = keys.page_bytes;
+      ops::write_indexer_k(ws.entries.data(), ws.entry_slots.data(), n, layout, keys.data);
+    });
+  }
+}
+
+void DeepseekV4Model::attend(const Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
+                             size_t layer, int64_t tokens) {
+  Workspace& ws = ws_;
+  const int64_t d = config_.head_dim, hn = shard_.heads, rope = v4_.qk_rope_head_dim;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const float* a = ws.a.data();
+  // q: the q LoRA (shared with the indexer), per-head RMS without weight,
+  // RoPE on each head's last rope dims.
+  ops::linear(a, tokens, w.wq_a, nullptr, ws.q_a.data());
+  ops::rms_norm(ws.q_a.data(), w.q_norm, tokens, v4_.q_lora_rank, eps, ws.q_a.data());
+  ops::linear(ws.q_a.data(), tokens, w.wq_b, nullptr, ws.q.data());
+  ops::rms_norm(ws.q.data(), ones_.data(), tokens * hn, d, eps, ws.q.data());
+  ops::RopeParams rp;
+  rp.head_dim = static_cast<int>(d);
+  rp.offset = static_cast<int>(d - rope);
+  rp.rot_dim = static_cast<int>(rope);
+  rp.layout = ops::RopeLayout::Interleaved;
+  rp.num_heads = static_cast<int>(hn);
+  ops::rope(ws.q.data(), tokens, batch.positions.data(), w.inv_freq->data(), rp);
+
   const KVCacheView::Cache& window_cache = kv.layers[layer][kWindow];
   const int32_t window_page = window_cache.block_size;
   const ops::V4EntryLayout window = entry_layout(kv, layer, kWindow, window_page);
   const KVGroupMetadata& window_group = batch.kv_groups[window_cache.group];
-  ops::write_v4_entries(ws.kv.data(), window_group.slot_mapping.data(), tokens, window,
-                        window_cache.data);
-  // Compressors before attention: an entry completed by a token is visible
-  // to it (spec §4.3).
   int comp_count = 0;
   ops::V4EntryLayout comp = window;
   const void* comp_data = nullptr;
   if (w.ratio > 0) {
-    const int32_t bs = kv.block_size;
-    comp = entry_layout(kv, layer, kCompressed, static_cast<int32_t>(bs / w.ratio));
+    comp = entry_layout(kv, layer, kCompressed, static_cast<int32_t>(kv.block_size / w.ratio));
     comp_data = kv.layers[layer][kCompressed].data;
-    auto run = [&](Compressor& c, int state_cache, auto&& store) {
-      const KVCacheView::Cache& sc = kv.layers[layer][state_cache];
-      PagedRows rows{static_cast<uint8_t*>(sc.data), sc.page_bytes, sc.block_size,
-                     c.state_row_bytes()};
-      const int64_t n = c.run(a, batch, batch.kv_groups[sc.group], rows, tokens, ws.entries,
-                              ws.entry_rows);
-      store(n);
-    };
-    const KVGroupMetadata& comp_group = batch.kv_groups[kv.layers[layer][kCompressed].group];
-    run(*w.compressor, kState, [&](int64_t n) {
-      ws.entry_slots.resize(static_cast<size_t>(n));
-      for (int64_t e = 0; e < n; ++e) ws.entry_slots[e] = comp_group.slot_mapping[ws.entry_rows[e]];
-      ops::write_v4_entries(ws.entries.data(), ws.entry_slots.data(), n, comp,
-                            kv.layers[layer][kCompressed].data);
-    });
     if (w.indexer) {
-      const KVCacheView::Cache& keys = kv.layers[layer][kIndexerK];
-      const KVGroupMetadata& key_group = batch.kv_groups[keys.group];
-      run(*w.indexer->compressor, kIndexerState, [&](int64_t n) {
-        ws.entry_slots.resize(static_cast<size_t>(n));
-        for (int64_t e = 0; e < n; ++e) ws.entry_slots[e] = key_group.slot_mapping[ws.entry_rows[e]];
-        ops::IndexerLayout layout;
-        layout.block_size = static_cast<int>(bs / 4);
-        layout.head_dim = static_cast<int>(v4_.index_head_dim);
-        layout.dtype = indexer_dtype(kv.dtype);
-        layout.page_stride = keys.page_bytes;
-        ops::write_indexer_k(ws.entries.data(), ws.entry_slots.data(), n, layout, keys.data);
-      });
       comp_count = static_cast<int>(v4_.index_topk);
     } else {
       int32_t longest = 0;
@@ -781,12 +820,23 @@ void DeepseekV4Model::begin_step(const BatchMetadata& batch) {
 
 void DeepseekV4Model::run_block(Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
                                 size_t layer, int64_t tokens) {
+  attention_input(w, tokens);
+  write_caches(w, batch, kv, layer, tokens);
+  finish_block(w, batch, kv, layer, tokens);
+}
+
+void DeepseekV4Model::attention_input(Layer& w, int64_t tokens) {
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  w.hc_attn.collapse(ws_.X.data(), tokens, ws_.y.data(), &ws_.post, &ws_.C);
+  ops::rms_norm(ws_.y.data(), w.attn_norm, tokens, config_.hidden_size, eps, ws_.a.data());
+}
+
+void DeepseekV4Model::finish_block(Layer& w, const BatchMetadata& batch, const KVCacheView& kv,
+                                   size_t layer, int64_t tokens) {
   Workspace& ws = ws_;
   const int64_t h = config_.hidden_size;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
-  w.hc_attn.collapse(ws.X.data(), tokens, ws.y.data(), &ws.post, &ws.C);
-  ops::rms_norm(ws.y.data(), w.attn_norm, tokens, h, eps, ws.a.data());
-  attention(w, batch, kv, layer, tokens);
+  attend(w, batch, kv, layer, tokens);
   w.hc_attn.expand(ws.o.data(), ws.X.data(), tokens, ws.post, ws.C, ws.X_next.data());
   std::swap(ws.X, ws.X_next);
   w.hc_ffn.collapse(ws.X.data(), tokens, ws.y.data(), &ws.post, &ws.C);
@@ -865,12 +915,24 @@ void DeepseekV4Model::mtp_forward(const BatchMetadata& batch, const float* hidde
       for (int64_t j = 0; j < h; ++j) x[j] += e[j];
     }
   }
-  run_block(m.block, batch, kv, layers_.size(), tokens);
-  head_logits(batch.logits_indices, m.hc_head, m.norm, logits);
-  for (size_t r = 0; r < batch.logits_indices.size(); ++r) {  // the block's output streams
-    std::memcpy(hidden_out + r * hc * h, ws.X.data() + int64_t{batch.logits_indices[r]} * hc * h,
-                hc * h * sizeof(float));
-  }
+  // Every row's window entry (later positions read it); the rest of the
+  // block and the head only for the rows whose outputs are wanted
+  // (models/output_rows.h).
+  const size_t layer = layers_.size();
+  attention_input(m.block, tokens);
+  write_caches(m.block, batch, kv, layer, tokens);
+  output_rows_batch(batch, mtp_outputs_);
+  const BatchMetadata& out = mtp_outputs_;
+  const int64_t rows = out.num_tokens();
+  mtp_output_rows_ += rows;
+  if (rows == 0) return;
+  gather_rows(ws.X.data(), hc * h, batch.logits_indices);
+  begin_step(out);
+  attention_input(m.block, rows);
+  finish_block(m.block, out, kv, layer, rows);
+  head_logits(out.logits_indices, m.hc_head, m.norm, logits);
+  // The block's output streams.
+  std::memcpy(hidden_out, ws.X.data(), rows * hc * h * sizeof(float));
 }
 
 }  // namespace

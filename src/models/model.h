@@ -176,9 +176,15 @@ class CausalLM {
   // then the MTP layer's), fills `logits` [logits_indices, vocab]
   // (each row predicts the token after batch.token_ids[t]) and `hidden_out`
   // [logits_indices, mtp_hidden_size] with the layer's output at those rows,
-  // the hidden input of a chained next draft. Single rank only.
+  // the hidden input of a chained next draft. Only the logits_indices rows
+  // (strictly increasing) run the block past its cache writes (attention,
+  // FFN, head: models/output_rows.h); the others cost the input projections
+  // and the K/V write. Single rank only.
   virtual void mtp_forward(const BatchMetadata& /*batch*/, const float* /*hidden*/,
                            const KVCacheView& /*kv*/, float* /*logits*/, float* /*hidden_out*/) {}
+  // Rows mtp_forward ran past the cache writes so far (tests: a pass costs
+  // the block only where its outputs are used).
+  virtual int64_t mtp_output_rows() const { return 0; }
   // Anything about the load a user should see in the start-up line (e.g.
   // layers loaded but not run); "" for nothing.
   virtual std::string load_notes() const { return ""; }

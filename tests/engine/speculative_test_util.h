@@ -98,15 +98,34 @@ inline std::vector<std::vector<int32_t>> run_ids(LLMEngine& engine,
 struct MtpRecord {
   std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
   std::map<std::pair<std::string, int64_t>, std::vector<int32_t>> drafts;
-  void observe(LLMEngine& engine) {
+  // every_position: the logits at every position (the MTP passes then run
+  // the whole layer over every position as it comes); otherwise only
+  // where draft 1 is taken from.
+  void observe(LLMEngine& engine, bool every_position = true) {
     MtpProposer::Observer o;
-    o.logits = [this](const std::string& id, int64_t pos, const float* row, int64_t vocab) {
+    auto record = [this](const std::string& id, int64_t pos, const float* row, int64_t vocab) {
       logits[{id, pos}].assign(row, row + vocab);
     };
+    (every_position ? o.logits : o.draft_logits) = record;
     o.drafts = [this](const std::string& id, int64_t n, std::span<const int32_t> d) {
       drafts[{id, n}].assign(d.begin(), d.end());
     };
     engine.set_mtp_observer(std::move(o));
+  }
+  int64_t num_drafts() const {
+    int64_t n = 0;
+    for (const auto& [key, d] : drafts) n += static_cast<int64_t>(d.size());
+    return n;
+  }
+  // Every logits row and every draft here are in `other` with the same bits.
+  void expect_bits_in(const MtpRecord& other) const {
+    ASSERT_FALSE(logits.empty());
+    for (const auto& [key, row] : logits) {
+      const auto it = other.logits.find(key);
+      ASSERT_NE(it, other.logits.end()) << key.first << " position " << key.second;
+      EXPECT_EQ(row, it->second) << "request " << key.first << " position " << key.second;
+    }
+    EXPECT_EQ(drafts, other.drafts);
   }
   // Every logits row here is in `other` (equal within 1e-5 of its largest
   // magnitude), and so are the drafts.

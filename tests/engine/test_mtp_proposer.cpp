@@ -27,16 +27,22 @@
 namespace pagoda {
 namespace {
 
-// The checkpoints, written once per test binary run.
+// The checkpoints, written once per test binary run; `random`: an MTP
+// layer of random weights (not --mtp-copy, whose eh_proj ignores the main
+// model's hidden state): it reads the hidden states, and its drafts are
+// almost never accepted.
 struct Checkpoints {
   test::TempDir tmp;
   std::string v3 = (tmp / "v3").string(), v32 = (tmp / "v32").string();
+  std::string random = (tmp / "random").string();
   Checkpoints() {
-    for (const auto& [dir, arch] : {std::pair{v3, "v3"}, std::pair{v32, "v32"}}) {
+    for (const auto& [dir, flags] : {std::pair{v3, "--mtp-copy 0.05 --arch v3"},
+                                     std::pair{v32, "--mtp-copy 0.05 --arch v32"},
+                                     std::pair{random, "--arch v3"}}) {
       const std::string write = std::string("/usr/bin/python3 " PAGODA_SOURCE_DIR
                                             "/tools/make_deepseek_checkpoint.py --dtype f32 "
-                                            "--seed 3 --mtp-copy 0.05 --arch ") +
-                                arch + " --out " + dir + " > /dev/null";
+                                            "--seed 3 ") +
+                                flags + " --out " + dir + " > /dev/null";
       EXPECT_EQ(std::system(write.c_str()), 0) << write;
     }
   }
@@ -177,6 +183,76 @@ TEST(MtpProposer, PrefixCacheHitsKeepTheMtpLayersEntries) {
   without.observe(fresh);
   EXPECT_EQ(run(fresh, second, {test::greedy(12)}), a);
   with_hits.expect_same_as(without);
+}
+
+// The MTP layer runs its attention, FFN and head only where a draft is
+// taken from it (a drafting request's last position, then one row per
+// chained draft): every other position of the catch-up pass (prompt
+// chunks, accepted drafts, requests the adaptive switch stopped) only
+// writes the layer's cache entry (or defers it). So the rows through the
+// block equal the drafts made, and the logits draft 1 is taken from and the
+// drafts have the bits of passes that run the whole layer at every
+// position as it comes (an observer of every position's logits).
+TEST(MtpProposer, OnlyDraftingRowsRunTheBlockPastItsCacheWrite) {
+  for (const std::string& model : {checkpoints().v3, checkpoints().v32}) {
+    const auto ps = prompts(10, 6);
+    const auto params = mixed_limits(ps.size());
+    const auto plain = run(model, EngineOptions{}, ps, params);
+    EngineOptions o;
+    o.max_num_batched_tokens = 9;  // prompts in chunks
+    o.block_size = 4;
+    o.speculative_config = mtp(3);
+    o.speculative_config->adaptive = true;  // some requests stop drafting
+    MtpRecord drafts_only, every_row;
+    LLMEngine engine(model, o), full(model, o);
+    drafts_only.observe(engine, /*every_position=*/false);
+    every_row.observe(full);
+    EXPECT_EQ(run(engine, ps, params), plain) << model;
+    EXPECT_EQ(run(full, ps, params), plain) << model;
+    EXPECT_GT(drafts_only.num_drafts(), 50) << model;
+    EXPECT_EQ(engine.model().mtp_output_rows(), drafts_only.num_drafts()) << model;
+    // The catch-up passes computed every prompt and output position besides.
+    EXPECT_GT(full.model().mtp_output_rows(), engine.model().mtp_output_rows() + 200) << model;
+    drafts_only.expect_bits_in(every_row);
+  }
+}
+
+// A request that does not draft (prompt chunks, outputs while the adaptive
+// switch is off) keeps the target's hidden states instead of running the
+// MTP layer each step, and catches up in one pass when it drafts
+// (MtpProposer::kMaxDeferredPositions). Over 150 tokens of an MTP layer
+// whose drafts are rejected each request stops and probes again; the
+// logits its drafts are taken from and the drafts must have the bits of a
+// run whose layer keeps up every step (an observer of every position's
+// logits defers nothing), and the output must be the plain output.
+TEST(MtpProposer, DeferredPositionsCatchUpWhenTheRequestDraftsAgain) {
+  const std::string& model = checkpoints().random;
+  const auto ps = prompts(4, 8);
+  const std::vector<SamplingParams> params = {test::greedy(150)};
+  EngineOptions o;
+  o.max_num_batched_tokens = 9;  // prompts in chunks
+  o.speculative_config = mtp(3);
+  o.speculative_config->adaptive = true;
+  LLMEngine deferring(model, o), keeping_up(model, o);
+  MtpRecord deferred, kept_up;
+  deferred.observe(deferring, /*every_position=*/false);
+  kept_up.observe(keeping_up);
+  const auto plain = run(model, EngineOptions{}, ps, params);
+  EXPECT_EQ(run(deferring, ps, params), plain);
+  EXPECT_EQ(run(keeping_up, ps, params), plain);
+  deferred.expect_bits_in(kept_up);
+  // Each request verified drafts after its first 64 steps: a probe.
+  std::map<std::string, int64_t> last_probe;
+  for (const auto& [key, drafts] : deferred.drafts) {
+    last_probe[key.first] = std::max(last_probe[key.first], key.second);
+  }
+  ASSERT_EQ(last_probe.size(), ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_GT(last_probe[std::to_string(i)], static_cast<int64_t>(ps[i].size()) + 64)
+        << "request " << i << " never probed";
+  }
+  EXPECT_LT(deferring.stats().spec_decode.num_accepted_tokens,
+            deferring.stats().spec_decode.num_draft_tokens / 4);
 }
 
 // Random pools, budgets, block sizes, k and sampling (greedy and seeded

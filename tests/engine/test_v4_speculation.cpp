@@ -286,6 +286,30 @@ TEST(V4Mtp, PrefixCacheHitsEqualPlainAndKeepTheBlocksEntries) {
   with_hits.expect_same_as(without);
 }
 
+// As MtpProposer.OnlyDraftingRowsRunTheBlockPastItsCacheWrite: positions
+// without a draft only write the MTP block's window entry.
+TEST(V4Mtp, OnlyDraftingRowsRunTheBlockPastItsCacheWrite) {
+  const std::string& model = checkpoints().mtp;
+  const auto ps = prompts(10, 6);
+  const auto params = mixed_limits(ps.size());
+  const auto plain = run(EngineOptions{}, ps, params, model);
+  EngineOptions o;
+  o.max_num_batched_tokens = 9;  // prompts in chunks
+  o.block_size = 64;
+  o.speculative_config = mtp(3);
+  o.speculative_config->adaptive = true;  // some requests stop drafting
+  MtpRecord drafts_only, every_row;
+  LLMEngine engine(model, o), full(model, o);
+  drafts_only.observe(engine, /*every_position=*/false);
+  every_row.observe(full);
+  EXPECT_EQ(run(engine, ps, params), plain);
+  EXPECT_EQ(run(full, ps, params), plain);
+  EXPECT_GT(drafts_only.num_drafts(), 50);
+  EXPECT_EQ(engine.model().mtp_output_rows(), drafts_only.num_drafts());
+  EXPECT_GT(full.model().mtp_output_rows(), engine.model().mtp_output_rows() + 200);
+  drafts_only.expect_bits_in(every_row);
+}
+
 TEST(V4Mtp, RandomizedInvariants) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 3; ++trial) {

@@ -18,12 +18,15 @@ MtpProposer::MtpProposer(CausalLM& model)
 
 void MtpProposer::bind_kv_cache(const KVCachePlan& plan, KVCacheMemory& memory,
                                 int32_t first_layer, KVCacheManager& kv) {
-  (void)plan;
   PAGODA_CHECK(first_layer == model_.config().num_hidden_layers,
                "the MTP layer's cache is plan layer {}, after {} layers", first_layer,
                model_.config().num_hidden_layers);
   memory_ = &memory;
   kv_ = &kv;
+  // Beside sliding-window caches a request's pages are released only
+  // behind both models: keep up with every token there (as the draft
+  // model does).
+  for (const KVCacheGroup& g : plan.groups) defers_ = defers_ && g.spec.sliding_window == 0;
   batch_.kv_groups.resize(kv.groups().size());
   for (size_t g = 0; g < kv.groups().size(); ++g) {
     batch_.kv_groups[g].block_size = kv.groups()[g].block_size;
@@ -100,32 +103,48 @@ void MtpProposer::propose(const ProposeStep& step) {
     r.spec_token_ids.clear();
     const int64_t n = r.num_tokens();
     kv_->free_tail(r.kv, n);  // pages of an earlier chain past the tokens
-    // The step computed positions from where the layer stands (the target
-    // and the layer advance together: scheduler.cpp) up to num_computed.
+    // The layer stands at `from`; the target's hidden states of the
+    // positions it deferred follow (a preemption recomputes them), then
+    // the step's rows up to num_computed.
+    if (r.mtp_deferred_preemptions != r.num_preemptions) {
+      r.mtp_deferred_hidden.clear();
+      r.mtp_deferred_preemptions = r.num_preemptions;
+    }
+    std::vector<float>& deferred = r.mtp_deferred_hidden;
     const int64_t from = r.num_proposer_computed_tokens, to = r.num_computed_tokens;
+    const int64_t step_from = from + static_cast<int64_t>(deferred.size() / h);
     const auto it = rows_of.find(&r);
-    PAGODA_CHECK(it != rows_of.end() && to - from <= it->second.second,
-                 "request {}: the MTP layer is at {} of {} computed positions", r.request_id, from,
-                 to);
+    PAGODA_CHECK(it != rows_of.end() && step_from <= to && to - step_from <= it->second.second,
+                 "request {}: the MTP layer is at {} (+{} deferred) of {} computed positions",
+                 r.request_id, from, step_from - from, to);
+    const float* step_rows = hidden + static_cast<size_t>(it->second.first) * h;
+    // The rows whose outputs are used: the last of a drafting request,
+    // which computed up to its last token, whose successor is draft 1 (the
+    // layer at position n - 2 predicts position n). The others only write
+    // the layer's cache entries (mtp_forward), unless an observer sees
+    // every row's logits; a request that does not draft may also leave
+    // that for later (below).
+    const bool drafts = p.num_drafts > 0 && to == n - 1;
+    if (!drafts && defers_ && !observer_.logits && to - from <= kMaxDeferredPositions) {
+      deferred.insert(deferred.end(), step_rows, step_rows + (to - step_from) * h);
+      continue;
+    }
     if (from == to) continue;
     for (int64_t pos = from; pos < to; ++pos) {  // position pos pairs with token pos + 1
       batch_.token_ids.push_back(r.token_at(pos + 1));
-      const float* x = hidden + static_cast<size_t>(it->second.first + (pos - from)) * h;
-      hidden_in_.insert(hidden_in_.end(), x, x + h);
     }
+    hidden_in_.insert(hidden_in_.end(), deferred.begin(), deferred.end());
+    hidden_in_.insert(hidden_in_.end(), step_rows, step_rows + (to - step_from) * h);
+    deferred.clear();
     const auto end = static_cast<int32_t>(batch_.token_ids.size());
     if (observer_.logits) {
       for (int32_t t = end - static_cast<int32_t>(to - from); t < end; ++t) {
         batch_.logits_indices.push_back(t);
       }
-    } else if (p.num_drafts > 0) {
+    } else if (drafts) {
       batch_.logits_indices.push_back(end - 1);
     }
-    // A drafting request computed up to its last token, whose successor
-    // is draft 1 (the layer at position n - 2 predicts position n).
-    if (p.num_drafts > 0 && to == n - 1) {
-      drafting.push_back({&r, p.num_drafts, batch_.logits_indices.size() - 1, from});
-    }
+    if (drafts) drafting.push_back({&r, p.num_drafts, batch_.logits_indices.size() - 1, from});
     seqs_.push_back({&r, from, to - from});
     r.num_proposer_computed_tokens = to;
   }
@@ -145,6 +164,10 @@ void MtpProposer::propose(const ProposeStep& step) {
   std::vector<float> prev_hidden;  // [chains, hidden]
   for (Drafting& d : drafting) {
     Request& r = *d.request;
+    if (observer_.draft_logits) {
+      observer_.draft_logits(r.request_id, r.num_tokens() - 2,
+                             logits_.data() + d.row * vocab_size_, vocab_size_);
+    }
     const int32_t token =
         greedy_token(std::span<const float>(logits_.data() + d.row * vocab_size_, vocab_size_));
     if (token == kNoToken) continue;  // no finite logit: no draft

@@ -19,7 +19,18 @@
 //    token after its position, which a block's hash does not cover, so a
 //    prefix hit gives up its last block (KVCacheManager::
 //    set_drop_last_hit_block). Its logits at a drafting request's last
-//    position give draft 1.
+//    position give draft 1; every other position only writes the layer's
+//    cache entry (the input projections and the K/V write, not the block's
+//    attention, FFN and head: CausalLM::mtp_forward), so a request that
+//    does not draft (its prompt, adaptive switch-off) costs little. Such a
+//    request may also defer its positions: it keeps the target's hidden
+//    states (Request::mtp_deferred_hidden, up to kMaxDeferredPositions
+//    positions behind) and catches up in one pass, whose projections read
+//    the weights once for all those rows, when it drafts again or the
+//    limit is reached. Until then the prefix cache registers its blocks
+//    only up to where the layer stands (as for the draft model); beside
+//    sliding-window caches (DeepSeek V4's MTP block) it keeps up instead,
+//    since a request's sliding pages are released only behind both.
 //  * chain passes: draft j + 1 from the pair (the layer's own output at the
 //    previous position, draft j) one position further, as vLLM reuses its
 //    one MTP layer k times. These entries are not the request's (they pair
@@ -37,6 +48,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/spec_decode/adaptive_speculation.h"
 #include "engine/spec_decode/proposer.h"
 #include "kv/kv_cache_manager.h"
 #include "models/model.h"
@@ -65,16 +77,24 @@ class MtpProposer : public Proposer {
   }
 
   // Tests (`pagoda logits --mtp-out`): sees the catch-up pass's logits at
-  // every position (the pass then computes them all), and every draft.
+  // every position (the pass then computes them all, deferring none), or
+  // only at the positions draft 1 is taken from, and every draft.
   struct Observer {
-    std::function<void(const std::string& request_id, int64_t position, const float* logits,
-                       int64_t vocab)>
-        logits;
+    using Logits = std::function<void(const std::string& request_id, int64_t position,
+                                      const float* logits, int64_t vocab)>;
+    Logits logits, draft_logits;
     std::function<void(const std::string& request_id, int64_t num_tokens,
                        std::span<const int32_t> drafts)>
         drafts;
   };
   void set_observer(Observer observer) { observer_ = std::move(observer); }
+
+  // How far the layer may fall behind the target in a request that does
+  // not draft (its prompt chunks, outputs while the adaptive switch is
+  // off): the switch's probe interval, so a switched-off request catches
+  // up about once per probe; it bounds the hidden states a request keeps
+  // (kMaxDeferredPositions x mtp_hidden_size floats).
+  static constexpr int64_t kMaxDeferredPositions = AdaptiveSpeculation::kReprobeInterval;
 
  private:
   // A pass's sequences: `count` positions of `request` from `first_position`.
@@ -94,6 +114,7 @@ class MtpProposer : public Proposer {
   int64_t hidden_size_, vocab_size_;
   double forward_seconds_ = 0;
   Observer observer_;
+  bool defers_ = true;  // no sliding-window caches (header)
   // The pass being built and its inputs and outputs (reused memory).
   std::vector<Seq> seqs_;
   BatchMetadata batch_;
