@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/meminfo.h"
 #include "models/quantize.h"
 #include "ops/packed.h"
 
@@ -107,6 +108,8 @@ void* WeightStore::own(size_t bytes) {
   // Not value-initialized: every user writes all of it, and zeroing a GB of
   // packed weights first would cost as much as packing them.
   owned_.push_back({std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes});
+  // Repacked and quantized weights are streamed every decode step.
+  if (bytes >= kHugePageBytes) advise_huge_pages(owned_.back().data.get(), bytes);
   return owned_.back().data.get();
 }
 
