@@ -91,6 +91,7 @@ constexpr int64_t kMlpSliceTokens = 512;
 // every step so the forward pass does not allocate per token.
 struct Workspace {
   std::vector<float> residual, hidden, q, k, v, attn, proj, gate_up, act, selected;
+  std::vector<float> cos_sin;  // the step's RoPE cosines and sines, for every layer
   int64_t capacity = 0;
 
   void reserve(int64_t tokens, const ModelConfig& c, const Shard& s) {
@@ -109,6 +110,7 @@ struct Workspace {
     gate_up.resize(mlp_tokens * 2 * s.intermediate);
     act.resize(mlp_tokens * s.intermediate);
     selected.resize(tokens * c.hidden_size);
+    cos_sin.resize(tokens * c.head_dim);
   }
 };
 
@@ -240,6 +242,7 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
   in.positions = batch.positions.data();
   in.inv_freq = inv_freq_.data();
   in.rot_dim = hd;
+  in.cos_sin = ws_.cos_sin.data();
   in.slot_mapping = group.slot_mapping.data();
   ops::prepare_attention_inputs(in, layout, k_cache, v_cache);
 
@@ -261,6 +264,8 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
   const ops::KVLayout layout{kv.block_size, static_cast<int>(shard_.kv_heads),
                              static_cast<int>(c.head_dim), kv.dtype};
   ws_.reserve(tokens, c, shard_);
+  ops::rope_cos_sin(batch.positions.data(), tokens, inv_freq_.data(),
+                    static_cast<int>(c.head_dim / 2), ws_.cos_sin.data());
 
   vocab_.embed(batch.token_ids.data(), tokens, ws_.residual.data());
   for (size_t i = 0; i < layers_.size(); ++i) {

@@ -56,8 +56,11 @@ void VocabParallelEmbedding::embed(const int32_t* ids, int64_t tokens, float* ou
       }
     }
   }
-  // One madvise a step keeps the rows just read from staying resident.
-  if (rows_in_mapping_) weights_.release_rows(table_);
+  // The rows just read do not stay resident (release_row).
+  for (int64_t t = 0; rows_in_mapping_ && t < tokens; ++t) {
+    const int64_t local = ids[t] - shard_.begin;
+    if (local >= 0 && local < shard_.count) weights_.release_row(table_, local);
+  }
   if (shard_.size > 1) comm_.all_reduce_sum(out, tokens * hidden_);
 }
 

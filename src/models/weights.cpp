@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/meminfo.h"
 #include "models/quantize.h"
 #include "ops/packed.h"
 
@@ -107,6 +108,8 @@ void* WeightStore::own(size_t bytes) {
   // Not value-initialized: every user writes all of it, and zeroing a GB of
   // packed weights first would cost as much as packing them.
   owned_.push_back({std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes});
+  // Repacked and quantized weights are streamed every decode step.
+  if (bytes >= kHugePageBytes) advise_huge_pages(owned_.back().data.get(), bytes);
   return owned_.back().data.get();
 }
 
@@ -415,8 +418,18 @@ void WeightStore::advise_random_rows(const ops::Matrix& m) {
   if (in_mapping(m)) advise_pages(m.data, matrix_bytes(m), MADV_RANDOM);
 }
 
-void WeightStore::release_rows(const ops::Matrix& m) {
-  if (in_mapping(m)) release_pages(m.data, matrix_bytes(m));
+void WeightStore::release_row(const ops::Matrix& m, int64_t row) {
+  if (!in_mapping(m)) return;
+  // The kernel's fault-around window (fault_around_bytes, 64 KiB by default)
+  // that the row's lookup mapped.
+  constexpr uintptr_t kFaultAround = 64 << 10;
+  const int64_t row_bytes = m.dtype == DType::F8E4M3   ? m.cols
+                            : m.dtype == DType::F4E2M1 ? ops::fp4_row_bytes(m.cols)
+                                                       : m.cols * int64_t(dtype_size(m.dtype));
+  const auto begin = reinterpret_cast<uintptr_t>(m.data) + static_cast<uintptr_t>(row * row_bytes);
+  const uintptr_t first = begin / kFaultAround * kFaultAround;
+  const uintptr_t last = (begin + row_bytes + kFaultAround - 1) / kFaultAround * kFaultAround;
+  release_pages(reinterpret_cast<const void*>(first), last - first);
 }
 
 WeightStore::OwnedBuffer* WeightStore::owner_of(const void* data) {

@@ -203,8 +203,19 @@ struct AttentionInputs {
   const int32_t* positions = nullptr;
   const float* inv_freq = nullptr;  // RoPE, rot_dim / 2 frequencies
   int rot_dim = 0;
+  // [num_tokens][rot_dim]: the angles' cosines and sines from rope_cos_sin
+  // (the same positions and inv_freq), computed once for every layer; null:
+  // computed here from positions and inv_freq.
+  const float* cos_sin = nullptr;
   const int64_t* slot_mapping = nullptr;
 };
+
+// Each token's RoPE cosines and sines, as rope forms them: out
+// [num_tokens][2 * half], the cosines of positions[t] x inv_freq[i] for
+// i < half, then their sines (prepare_attention_inputs' cos_sin). A
+// decode step's libm calls for them otherwise repeat in every layer.
+void rope_cos_sin(const int32_t* positions, int64_t num_tokens, const float* inv_freq, int half,
+                  float* out);
 
 // Fused rms_norm (per q and k head, if given) + rope (q and k) + write_kv:
 // one pass in which each token's rows stay in L1, with results equal to the

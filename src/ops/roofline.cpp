@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/meminfo.h"
 #include "core/parallel.h"
 
 namespace pagoda::ops {
@@ -90,6 +91,9 @@ double read_rate(double seconds, int64_t bytes) {
 
 ReadProbe::ReadProbe(int64_t bytes)
     : n_(bytes / static_cast<int64_t>(sizeof(float))), buf_(new float[n_]) {
+  // The pages streamed weights get (models/weights.cpp), so the probe
+  // bounds the same kind of stream.
+  advise_huge_pages(buf_.get(), static_cast<size_t>(this->bytes()));
   // First touch on the threads that will read (NUMA placement).
   parallel_for(n_, 1 << 16,
                [&](int64_t b, int64_t e) { std::fill(buf_.get() + b, buf_.get() + e, 1.0f); });

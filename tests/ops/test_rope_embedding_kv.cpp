@@ -245,6 +245,18 @@ TEST_P(RopeEmbeddingKv, FusedAttentionInputsEqualTheSeparateOps) {
           EXPECT_EQ(k, k_sep) << what;
           EXPECT_EQ(bits16(kc), bits16(kc_sep)) << what;  // bitwise, for either dtype
           EXPECT_EQ(bits16(vc), bits16(vc_sep)) << what;
+          // The angles computed once for every layer (rope_cos_sin): the same bits.
+          std::vector<float> cos_sin(tokens * rot_dim);
+          rope_cos_sin(pos.data(), tokens, inv_freq.data(), rot_dim / 2, cos_sin.data());
+          auto q_cs = q0, k_cs = k0;
+          std::vector<float> kc_cs(cache_floats, 0.5f), vc_cs = kc_cs;
+          in.q = q_cs.data();
+          in.k = k_cs.data();
+          in.cos_sin = cos_sin.data();
+          prepare_attention_inputs(in, layout, kc_cs.data(), vc_cs.data());
+          EXPECT_EQ(q_cs, q_sep) << what << " cos_sin";
+          EXPECT_EQ(k_cs, k_sep) << what << " cos_sin";
+          EXPECT_EQ(bits16(kc_cs), bits16(kc_sep)) << what << " cos_sin";
           EXPECT_NE(q, q0) << what;       // it did rotate
           if (kv_dtype == DType::BF16) {  // the cache holds the rotated k, rounded
             const std::vector<uint16_t> kb = bits16(kc);

@@ -26,16 +26,17 @@ void prepare_attention_inputs(const AttentionInputs& in, const KVLayout& layout,
   const int64_t kv_row = int64_t{kv_heads} * hd;
   parallel_for(in.num_tokens, 4, [&](int64_t t0, int64_t t1) {
     cpu::RopeScratch scratch(half);
-    float* cos_v = scratch.cos_v();
-    float* sin_v = scratch.sin_v();
     for (int64_t t = t0; t < t1; ++t) {
+      const float* cos_v = in.cos_sin ? in.cos_sin + t * in.rot_dim : scratch.cos_v();
+      const float* sin_v = in.cos_sin ? cos_v + half : scratch.sin_v();
       float* q = in.q + t * in.num_q_heads * hd;
       float* k = in.k + t * kv_row;
       if (in.q_norm) {  // heads are rows of head_dim: rms_norm's own kernel
         kt.rms_norm_rows(q, in.q_norm, hd, in.eps, q, 0, in.num_q_heads);
         kt.rms_norm_rows(k, in.k_norm, hd, in.eps, k, 0, kv_heads);
       }
-      cpu::rope_angles(in.positions[t], in.inv_freq, half, cos_v, sin_v);
+      if (!in.cos_sin)
+        cpu::rope_angles(in.positions[t], in.inv_freq, half, scratch.cos_v(), scratch.sin_v());
       for (int h = 0; h < in.num_q_heads; ++h) cpu::rope_head(q + h * hd, cos_v, sin_v, half);
       for (int h = 0; h < kv_heads; ++h) cpu::rope_head(k + h * hd, cos_v, sin_v, half);
       const int64_t slot = in.slot_mapping[t];

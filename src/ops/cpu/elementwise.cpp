@@ -32,6 +32,17 @@ void rope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32
   });
 }
 
+void rope_cos_sin(const int32_t* positions, int64_t num_tokens, const float* inv_freq, int half,
+                  float* out) {
+  PAGODA_CHECK(half >= 0, "rope_cos_sin: {} pairs", half);
+  parallel_for(num_tokens, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* cos_v = out + t * 2 * half;
+      cpu::rope_angles(positions[t], inv_freq, half, cos_v, cos_v + half);
+    }
+  });
+}
+
 void rope(float* x, int64_t num_tokens, const int32_t* positions, const float* inv_freq,
           const RopeParams& p) {
   PAGODA_CHECK(p.num_heads > 0 && p.rot_dim > 0 && p.rot_dim % 2 == 0 && p.offset >= 0 &&
