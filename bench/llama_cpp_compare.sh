@@ -48,24 +48,47 @@ row() { echo "| $1 | $2 | $3 | $4 | $(load) |"; }
 py=/usr/bin/python3
 pg=("$pagoda" bench latency --model "$model" --max-model-len 1024 --threads "$threads" --json)
 
-# llama-bench prints one JSON array; avg_ts is tokens/s of the test (pp or tg).
+# One line of the table from a tool's JSON: KIND FILE.
+speed() {
+  $py - "$1" "$2" <<'PY'
+import json, sys
+kind, text = sys.argv[1], open(sys.argv[2]).read().strip()
+# (TIMER may print a line before the tool's own output.)
+j = json.loads(text[text.index("["):]) if kind == "llama-bench" else json.loads(text.splitlines()[-1])
+if kind == "llama-bench":  # one test; avg_ts: tokens/s over its -r repetitions
+    j = j[0]
+    print(f"{j['avg_ts']:.1f} tok/s (sd {j['stddev_ts']:.1f})")
+elif kind == "prefill":  # pagoda bench latency
+    print(f"{j['prefill_tokens_per_s']:.1f} tok/s")
+elif kind == "decode":
+    print(f"{j['decode_tokens_per_s']:.1f} tok/s ({j['decode_ms_per_step']:.1f} ms/step; "
+          f"read probe between steps {j['decode_read_gb_per_s']:.1f} GB/s)")
+elif kind == "batched-bench":  # llama-batched-bench --output-format jsonl
+    print(f"{j['speed']:.1f} tok/s total (prefill {j['speed_pp']:.1f}, decode {j['speed_tg']:.1f} tok/s)")
+elif kind == "batch":  # pagoda bench latency --batch: the same three figures
+    pp, tg = j["batch"] * j["input_len"], j["batch"] * j["output_len"]
+    t = pp / j["prefill_tokens_per_s"] + tg / j["decode_tokens_per_s"]
+    print(f"{(pp + tg) / t:.1f} tok/s total (prefill {j['prefill_tokens_per_s']:.1f}, "
+          f"decode {j['decode_tokens_per_s']:.1f} tok/s)")
+elif kind == "serving":  # bench/serve_bench.mjs --json
+    tokens = round(j["output_tokens_per_s"] * j["seconds"])
+    print(f"{j['output_tokens_per_s']:.1f} output tok/s ({tokens} tokens in {j['seconds']:.1f} s; "
+          f"TTFT median {j['ttft_ms']['median']:.0f} ms, TPOT median {j['tpot_ms']['median']:.0f} ms)")
+elif kind == "roofline":  # pagoda bench roofline --json: the all-threads row
+    r = j["roofline"][-1]
+    print(f"read {r['read_gb_per_s']:.1f} GB/s, fp32 {r['fp32_gflops']:.0f} GFLOP/s ({r['fp32_probe']}), "
+          f"bf16 {r['bf16_gflops']:.0f} ({r['bf16_probe']}), int8 {r['int8_gops']:.0f} GOP/s ({r['int8_probe']})")
+PY
+}
 llama_bench() {  # isa, then llama-bench flags
   local b; b=$(build_for "$1"); shift
   "${timer[@]}" "$b/bin/llama-bench" -t "$threads" -r 3 -o json "$@" 2>/dev/null >"$tmp/lb.json"
-  $py -c 'import json,sys; j=json.load(open(sys.argv[1]))[0]; print(f"{j[\"avg_ts\"]:.1f} tok/s (sd {j[\"stddev_ts\"]:.1f})")' "$tmp/lb.json"
+  speed llama-bench "$tmp/lb.json"
 }
-pagoda_latency() {  # field (prefill|decode), isa, then bench latency flags
-  local field=$1 isa=$2; shift 2
+pagoda_latency() {  # kind (prefill|decode), isa, then bench latency flags
+  local kind=$1 isa=$2; shift 2
   "${timer[@]}" "${pg[@]}" --isa "$isa" "$@" 2>/dev/null | tail -1 >"$tmp/pg.json"
-  $py - "$field" "$tmp/pg.json" <<'PY'
-import json, sys
-field, j = sys.argv[1], json.load(open(sys.argv[2]))
-if field == "prefill":
-    print(f"{j['prefill_tokens_per_s']:.1f} tok/s")
-else:
-    print(f"{j['decode_tokens_per_s']:.1f} tok/s ({j['decode_ms_per_step']:.1f} ms/step; "
-          f"read probe between steps {j['decode_read_gb_per_s']:.1f} GB/s)")
-PY
+  speed "$kind" "$tmp/pg.json"
 }
 
 echo "| figure | ISA | engine | speed | loadavg |"
@@ -73,11 +96,7 @@ echo "|---|---|---|---|---|"
 for isa in $isas; do
   if [ "${ROOFLINE:-1}" != 0 ]; then
     "${timer[@]}" "$pagoda" bench roofline --threads "$threads" --isa "$isa" --json 2>/dev/null | tail -1 >"$tmp/roof.json"
-    row "peaks (pagoda bench roofline, $threads threads)" "$isa" "-" "$($py -c '
-import json, sys
-r = json.load(open(sys.argv[1]))["roofline"][-1]
-print(f"read {r['read_gb_per_s']:.1f} GB/s, fp32 {r['fp32_gflops']:.0f} GFLOP/s ({r['fp32_probe']}), "
-      f"bf16 {r['bf16_gflops']:.0f} ({r['bf16_probe']}), int8 {r['int8_gops']:.0f} GOP/s ({r['int8_probe']})")' "$tmp/roof.json")"
+    row "peaks (pagoda bench roofline, $threads threads)" "$isa" "-" "$(speed roofline "$tmp/roof.json")"
   fi
   engine_llama="llama.cpp ($([ "$isa" = avx2 ] && echo "AVX2 build" || echo "native build"))"
   engine_pagoda="pagoda --isa $isa"
@@ -101,15 +120,10 @@ print(f"read {r['read_gb_per_s']:.1f} GB/s, fp32 {r['fp32_gflops']:.0f} GFLOP/s 
       b=$(build_for "$isa")
       "${timer[@]}" "$b/bin/llama-batched-bench" -m "$bf16" -t "$threads" -tb "$threads" -c 8192 \
         -npp 128 -ntg 32 -npl 32 --output-format jsonl 2>/dev/null | grep '^{' | tail -1 >"$tmp/bb.json"
-      row "batch 32 x (128 in, 32 out) bf16" "$isa" "$engine_llama" "$($py -c 'import json,sys; j=json.load(open(sys.argv[1])); print(f"{j[\"speed\"]:.1f} tok/s total (prefill {j[\"speed_pp\"]:.1f}, decode {j[\"speed_tg\"]:.1f} tok/s)")' "$tmp/bb.json")"
+      row "batch 32 x (128 in, 32 out) bf16" "$isa" "$engine_llama" "$(speed batched-bench "$tmp/bb.json")"
       "${timer[@]}" "${pg[@]}" --isa "$isa" --batch 32 --input-len 128 --output-len 32 --repeats 1 \
         --warmup 0 --kv-cache-memory 1200000000 2>/dev/null | tail -1 >"$tmp/pg.json"
-      row "batch 32 x (128 in, 32 out) bf16" "$isa" "$engine_pagoda" "$($py -c '
-import json, sys
-j = json.load(open(sys.argv[1]))
-pp = j["batch"] * j["input_len"]; tg = j["batch"] * j["output_len"]
-t = pp / j["prefill_tokens_per_s"] + tg / j["decode_tokens_per_s"]
-print(f"{(pp + tg) / t:.1f} tok/s total (prefill {j[\"prefill_tokens_per_s\"]:.1f}, decode {j[\"decode_tokens_per_s\"]:.1f} tok/s)")' "$tmp/pg.json")"
+      row "batch 32 x (128 in, 32 out) bf16" "$isa" "$engine_pagoda" "$(speed batch "$tmp/pg.json")"
     fi
     # 32 streaming requests, 8 at a time, 200 words in, 64 tokens out
     # (bench/serve_bench.mjs, the OpenAI completions API of both servers).
@@ -126,6 +140,7 @@ print(f"{(pp + tg) / t:.1f} tok/s total (prefill {j[\"prefill_tokens_per_s\"]:.1
                   --max-model-len 1024 --max-num-seqs 8 --kv-cache-memory 400000000)
           name="$engine_pagoda serve"
         fi
+        rm -f "$tmp/serve.json"
         "${timer[@]}" bash -c '
           port=$1 bench=$2 out=$3; shift 3
           "$@" >"$out.log" 2>&1 & server=$!
@@ -136,12 +151,10 @@ print(f"{(pp + tg) / t:.1f} tok/s total (prefill {j[\"prefill_tokens_per_s\"]:.1
             sleep 0.5
           done
           node "$bench" --url "http://127.0.0.1:$port" --num-prompts 32 --concurrency 8 \
-            --input-words 200 --output-len 64 --json >"$out"' _ "$port" "$here/serve_bench.mjs" "$tmp/serve.json" "${server[@]}"
-        row "serving 32 req, 8 concurrent, 200 in / 64 out" "$isa" "$name" "$($py -c '
-import json, sys
-j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-print(f"{j['output_tokens_per_s']:.1f} output tok/s ({round(j['output_tokens_per_s'] * j['seconds'])} tokens in "
-      f"{j['seconds']:.1f} s; TTFT median {j['ttft_ms']['median']:.0f} ms, TPOT median {j['tpot_ms']['median']:.0f} ms)")' "$tmp/serve.json")"
+            --input-words 200 --output-len 64 --json >"$out"' _ "$port" "$here/serve_bench.mjs" "$tmp/serve.json" \
+          "${server[@]}" 2>"$tmp/serve.err" && result=$(speed serving "$tmp/serve.json") ||
+          result="failed: $(grep -m1 -E 'Error|error' "$tmp/serve.err" | tr -d '|')"  # a row, not the end of the table
+        row "serving 32 req, 8 concurrent, 200 in / 64 out" "$isa" "$name" "$result"
       done
     fi
   done
