@@ -153,7 +153,7 @@ for isa in $isas; do
           node "$bench" --url "http://127.0.0.1:$port" --num-prompts 32 --concurrency 8 \
             --input-words 200 --output-len 64 --json >"$out"' _ "$port" "$here/serve_bench.mjs" "$tmp/serve.json" \
           "${server[@]}" 2>"$tmp/serve.err" && result=$(speed serving "$tmp/serve.json") ||
-          result="failed: $(grep -m1 -E 'Error|error' "$tmp/serve.err" | tr -d '|')"  # a row, not the end of the table
+          result="failed: $(cat "$tmp/serve.err" "$tmp/serve.json.log" 2>/dev/null | grep -m1 -E 'Error|error' | tr -d '|' || true)"  # a row, not the end of the table
         row "serving 32 req, 8 concurrent, 200 in / 64 out" "$isa" "$name" "$result"
       done
     fi
