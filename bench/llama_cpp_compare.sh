@@ -21,7 +21,8 @@
 #
 # Environment: TIMER, a command prefix for every timed run (e.g.
 # "flock /tmp/quiet.lock /tmp/lead/quiet.sh" on a shared host); FIGURES,
-# comma-separated figure names as in the table to run only some; ISAS, the
+# some figures only, comma-separated from "prefill pp512 bf16", "decode bf16",
+# "decode int8", "batch 32", "serving"; ISAS, the
 # pairs to run (default "avx2 avx512bf16"); REPEATS, pairs per figure (2);
 # THREADS (2); PORT (18231) for the serving figure; ROOFLINE=0 skips the
 # `pagoda bench roofline` rows.
