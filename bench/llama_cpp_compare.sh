@@ -15,7 +15,7 @@
 # -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 # -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF). BF16_GGUF: MODEL_DIR's weights
 # as a bf16 GGUF (llama.cpp's convert_hf_to_gguf.py --outtype bf16; see
-# bench/every_cpu.md for how they were made here without torch); Q8_0_GGUF:
+# tools/qwen3_to_gguf.py, how they were made here without torch); Q8_0_GGUF:
 # `llama-quantize BF16_GGUF Q8_0_GGUF q8_0`. MODEL_DIR: the HF checkpoint
 # (e.g. tools/make_random_checkpoint.py's Qwen3-0.6B shape).
 #
