@@ -56,10 +56,14 @@ void VocabParallelEmbedding::embed(const int32_t* ids, int64_t tokens, float* ou
       }
     }
   }
-  // The rows just read do not stay resident (release_row).
-  for (int64_t t = 0; rows_in_mapping_ && t < tokens; ++t) {
-    const int64_t local = ids[t] - shard_.begin;
-    if (local >= 0 && local < shard_.count) weights_.release_row(table_, local);
+  // The rows just read do not stay resident (release_rows).
+  if (rows_in_mapping_) {
+    rows_read_.clear();
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t local = ids[t] - shard_.begin;
+      if (local >= 0 && local < shard_.count) rows_read_.push_back(local);
+    }
+    weights_.release_rows(table_, rows_read_);
   }
   if (shard_.size > 1) comm_.all_reduce_sum(out, tokens * hidden_);
 }

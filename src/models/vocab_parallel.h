@@ -65,6 +65,7 @@ class VocabParallelEmbedding {
   bool tied_;
   ops::Matrix table_, head_;
   bool rows_in_mapping_ = false;  // see embed()
+  std::vector<int64_t> rows_read_;  // embed()'s rows of table_, to release
   std::vector<float> local_logits_, gathered_logits_;  // tensor parallel only
 };
 

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -75,6 +76,14 @@ void populate_pages(const void* data, size_t nbytes, bool write) {
 #else
   (void)data, (void)nbytes, (void)write;
 #endif
+}
+
+// Bytes of one row of a matrix as stored in the checkpoint, without block
+// scales (FP8 and FP4 keep theirs in a separate tensor).
+int64_t value_row_bytes(const ops::Matrix& m) {
+  if (m.dtype == DType::F8E4M3) return m.cols;
+  if (m.dtype == DType::F4E2M1) return ops::fp4_row_bytes(m.cols);
+  return m.cols * static_cast<int64_t>(dtype_size(m.dtype));
 }
 
 void check_range(const TensorInfo& t, int64_t n, int64_t begin, int64_t count) {
@@ -418,18 +427,36 @@ void WeightStore::advise_random_rows(const ops::Matrix& m) {
   if (in_mapping(m)) advise_pages(m.data, matrix_bytes(m), MADV_RANDOM);
 }
 
-void WeightStore::release_row(const ops::Matrix& m, int64_t row) {
-  if (!in_mapping(m)) return;
+void WeightStore::release_rows(const ops::Matrix& m, std::vector<int64_t>& rows) {
+  if (rows.empty()) return;
   // The kernel's fault-around window (fault_around_bytes, 64 KiB by default)
-  // that the row's lookup mapped.
+  // that a row's lookup mapped.
   constexpr uintptr_t kFaultAround = 64 << 10;
-  const int64_t row_bytes = m.dtype == DType::F8E4M3   ? m.cols
-                            : m.dtype == DType::F4E2M1 ? ops::fp4_row_bytes(m.cols)
-                                                       : m.cols * int64_t(dtype_size(m.dtype));
-  const auto begin = reinterpret_cast<uintptr_t>(m.data) + static_cast<uintptr_t>(row * row_bytes);
-  const uintptr_t first = begin / kFaultAround * kFaultAround;
-  const uintptr_t last = (begin + row_bytes + kFaultAround - 1) / kFaultAround * kFaultAround;
-  release_pages(reinterpret_cast<const void*>(first), last - first);
+  static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto row_bytes = static_cast<uintptr_t>(value_row_bytes(m));
+  const auto data = reinterpret_cast<uintptr_t>(m.data);
+  // The table's pages: the mapping holds at least these.
+  const uintptr_t table_first = data / page * page;
+  const uintptr_t table_last = (data + static_cast<uintptr_t>(m.rows) * row_bytes + page - 1) / page * page;
+  auto release = [](uintptr_t first, uintptr_t last) {
+    release_pages(reinterpret_cast<const void*>(first), last - first);
+  };
+  if (rows.size() * kFaultAround >= table_last - table_first) return release(table_first, table_last);
+  std::sort(rows.begin(), rows.end());
+  // Row r's window, [first, last), inside the table's pages.
+  auto window = [&](int64_t r) {
+    const uintptr_t begin = data + static_cast<uintptr_t>(r) * row_bytes;
+    return std::pair{std::max(table_first, begin / kFaultAround * kFaultAround),
+                     std::min(table_last, (begin + row_bytes + kFaultAround - 1) / kFaultAround *
+                                              kFaultAround)};
+  };
+  auto [run_first, run_last] = window(rows[0]);  // overlapping windows merged
+  for (const int64_t r : rows) {
+    const auto [first, last] = window(r);
+    if (first > run_last) release(run_first, run_last), run_first = first;
+    run_last = std::max(run_last, last);
+  }
+  release(run_first, run_last);
 }
 
 WeightStore::OwnedBuffer* WeightStore::owner_of(const void* data) {
@@ -452,10 +479,7 @@ void WeightStore::drop(const ops::Matrix& source, bool still_used) {
     return;
   }
   // (FP8, FP4: the values; their scales are a separate tensor.)
-  const int64_t bytes = source.dtype == DType::F8E4M3   ? source.rows * source.cols
-                        : source.dtype == DType::F4E2M1 ? source.rows * ops::fp4_row_bytes(source.cols)
-                                                        : matrix_bytes(source);
-  release_pages(source.data, static_cast<size_t>(bytes));
+  release_pages(source.data, static_cast<size_t>(source.rows * value_row_bytes(source)));
 }
 
 size_t WeightStore::owned_bytes() const {

@@ -76,14 +76,18 @@ class WeightStore {
   // Whether m is read in place from the checkpoint mapping (not a copy this
   // store owns).
   bool in_mapping(const ops::Matrix& m) { return owner_of(m.data) == nullptr; }
-  // Unmaps the pages of row `row` of m from this process (the page cache
-  // keeps them), for a table read in place a row at a time: each lookup's
-  // fault maps a 64 KiB window around its row (fault-around, which
-  // MADV_RANDOM leaves on), so without this a server's resident set grows
-  // towards the whole table (311 MB for Qwen3-0.6B with an int8 head) as it
-  // sees more tokens. Just the row's window: advice over the whole table
-  // walks all its page tables (~80 us a decode step for that table).
-  void release_row(const ops::Matrix& m, int64_t row);
+  // Unmaps the pages of the given rows of m (a table read in place, see
+  // in_mapping) from this process (the page cache keeps them), for a table
+  // read a row at a time: each lookup's fault maps a 64 KiB window around
+  // its row (fault-around, which MADV_RANDOM leaves on), so without this a
+  // server's resident set grows towards the whole table (311 MB for
+  // Qwen3-0.6B with an int8 head) as it sees more tokens. Just the rows'
+  // windows, merged, and never past the table's own pages (the mapping may
+  // end there, and anonymous memory beside it would be zeroed): advice over
+  // the whole table walks all its page tables (~80 us a decode step for
+  // that table), which only pays once the windows would cover it. Sorts
+  // `rows`.
+  void release_rows(const ops::Matrix& m, std::vector<int64_t>& rows);
   // A [rows, cols] integer table as int32 (DeepSeek V4's ffn.gate.tid2eid:
   // I64 in the published files, I32 accepted): I32 read in place when
   // aligned, I64 narrowed into a copy. A value outside [0, limit) (e.g. an

@@ -88,7 +88,13 @@ class SafetensorsWriter {
                      {"data_offsets", {blob_.size(), blob_.size() + nbytes}}};
     blob_.append(static_cast<const char*>(data), nbytes);
   }
-  void write(const fs::path& p) const { write_file(p, safetensors_bytes(header_, blob_)); }
+  // header_multiple 8: the header padded with spaces as the safetensors
+  // library writes it, so the data start 8-byte aligned in a mapping.
+  void write(const fs::path& p, size_t header_multiple = 1) const {
+    std::string header = header_.dump();
+    header.resize((header.size() + header_multiple - 1) / header_multiple * header_multiple, ' ');
+    write_file(p, safetensors_bytes(header, blob_));
+  }
 
  private:
   nlohmann::json header_ = nlohmann::json::object();

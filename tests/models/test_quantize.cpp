@@ -3,6 +3,8 @@
 // against the unquantized model's (stories260k, f32; a tiny random Qwen3
 // checkpoint made by tools/make_tiny_checkpoint.py).
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +17,9 @@
 #include "core/dtype.h"
 #include "forward_test_util.h"
 #include "models/model.h"
+#include "models/checkpoint.h"
 #include "models/quantize.h"
+#include "models/weights.h"
 #include "ops/reference.h"
 
 namespace pagoda {
@@ -147,6 +151,67 @@ TEST(QuantizedModel, EmbeddingLookupsLeaveNoPageMapped) {
   for (int32_t t = 1; t < 60; ++t) prompt.push_back(t * 8 % q8->config().vocab_size);
   test::prefill_and_decode(*q8, prompt, 511);
   EXPECT_EQ(resident_checkpoint_bytes(), after_load);
+}
+
+// How many of the whole pages inside [p, p + n) are mapped in this process
+// (/proc/self/pagemap's "present" bit, readable without privileges).
+int64_t pages_present(const void* p, size_t n) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const int fd = open("/proc/self/pagemap", O_RDONLY);
+  int64_t present = 0;
+  for (uintptr_t a = (begin + page - 1) / page * page; a + page <= begin + n; a += page) {
+    uint64_t entry = 0;
+    EXPECT_EQ(pread(fd, &entry, sizeof entry, static_cast<off_t>(a / page * sizeof entry)),
+              static_cast<ssize_t>(sizeof entry));
+    present += static_cast<int64_t>(entry >> 63);
+  }
+  close(fd);
+  return present;
+}
+
+TEST(WeightStore, ReleasedRowsLeaveTheNeighbouringTensorsMapped) {
+  // An embedding table read in place between two other tensors: releasing
+  // the fault-around windows of its first and last rows (64 KiB each, which
+  // reach into both neighbours) must unmap only the table's own pages.
+  TempDir tmp;
+  const int64_t rows = 64, cols = 4096;  // 8 KiB rows; two rows' windows are less than the table
+  std::vector<uint16_t> before(64 << 10, 1), table(rows * cols, 2), after(64 << 10, 3);
+  test::SafetensorsWriter w;
+  w.add("before", "BF16", {int64_t(before.size())}, before.data(), before.size() * 2);
+  w.add("table", "BF16", {rows, cols}, table.data(), table.size() * 2);
+  w.add("after", "BF16", {int64_t(after.size())}, after.data(), after.size() * 2);
+  w.write(tmp / "model.safetensors", 8);
+  auto ckpt = Checkpoint::open(tmp.str());
+  WeightStore store(*ckpt);
+  const ops::Matrix m = store.matrix("table", rows, cols);
+  ASSERT_TRUE(store.in_mapping(m));
+  uint64_t sum = 0;  // fault in every page of the file's tensors
+  for (const char* name : {"before", "table", "after"}) {
+    const TensorInfo& t = ckpt->get(name);
+    for (size_t i = 0; i < t.nbytes; i += 64) sum += static_cast<const uint8_t*>(t.data)[i];
+  }
+  EXPECT_GT(sum, 0u);
+  const TensorInfo &b = ckpt->get("before"), &a = ckpt->get("after");
+  const int64_t before_pages = pages_present(b.data, b.nbytes),
+                after_pages = pages_present(a.data, a.nbytes);
+  ASSERT_GT(before_pages, 0);
+  ASSERT_GT(after_pages, 0);
+  std::vector<int64_t> released{rows - 1, 0};
+  store.release_rows(m, released);
+  EXPECT_EQ(pages_present(b.data, b.nbytes), before_pages);
+  EXPECT_EQ(pages_present(a.data, a.nbytes), after_pages);
+  // Whole pages of the released rows are gone; the middle of the table stays.
+  EXPECT_EQ(pages_present(m.data, cols * 2), 0);
+  EXPECT_EQ(pages_present(static_cast<const uint16_t*>(m.data) + (rows - 1) * cols, cols * 2), 0);
+  EXPECT_GT(pages_present(static_cast<const uint16_t*>(m.data) + rows / 2 * cols, cols * 2), 0);
+  // Enough rows that their windows would cover the table (9 x 64 KiB): the
+  // whole table goes, in one call.
+  std::vector<int64_t> many{63, 1, 8, 16, 24, 32, 40, 48, 56};
+  store.release_rows(m, many);
+  EXPECT_EQ(pages_present(m.data, rows * cols * 2), 0);
+  EXPECT_EQ(pages_present(b.data, b.nbytes), before_pages);
+  EXPECT_EQ(pages_present(a.data, a.nbytes), after_pages);
 }
 
 }  // namespace
