@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <utility>
 
 namespace pagoda {
 
@@ -20,15 +21,38 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
-void advise_huge_pages(void* data, size_t bytes) {
+HugePageBuffer::HugePageBuffer(size_t bytes) {
+  if (bytes == 0) return;
+  // One huge page more than asked for, so the buffer can start on a
+  // boundary.
+  mapping_bytes_ = bytes + kHugePageBytes;
+  void* p = mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    mapping_bytes_ = 0;
+    return;
+  }
+  mapping_ = p;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  data_ = static_cast<uint8_t*>(p) + (kHugePageBytes - addr % kHugePageBytes) % kHugePageBytes;
+  bytes_ = bytes;
 #ifdef MADV_HUGEPAGE
-  static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  const uintptr_t first = begin / page * page, last = (begin + bytes + page - 1) / page * page;
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-#else
-  (void)data, (void)bytes;
+  madvise(data_, bytes_, MADV_HUGEPAGE);
 #endif
+}
+
+HugePageBuffer::~HugePageBuffer() {
+  if (mapping_) munmap(mapping_, mapping_bytes_);
+}
+
+HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
+  if (this != &other) {
+    if (mapping_) munmap(mapping_, mapping_bytes_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
 }
 
 }  // namespace pagoda

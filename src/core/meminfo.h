@@ -1,11 +1,12 @@
 // What the kernel says about memory: MemAvailable, for budgets that must
 // leave the rest of the machine alone (the KV pool's default size, the
-// benchmarks' probe buffers); and the advice given it for buffers that are
+// benchmarks' probe buffers); and memory on huge pages for buffers that are
 // streamed.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace pagoda {
 
@@ -15,11 +16,30 @@ int64_t available_memory_bytes();
 // A transparent huge page on x86-64 (and AArch64 with 4 KiB pages).
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-// Asks for transparent huge pages over the whole pages of [data, data +
-// bytes), before they are first touched: a stream over 4 KiB pages takes
-// a TLB miss, and the prefetchers a restart, every 4 KiB (decode streams
-// every weight once a step). Advice only: without huge pages nothing
-// changes.
-void advise_huge_pages(void* data, size_t bytes);
+// Anonymous memory of `bytes` that starts on a huge-page boundary, with
+// transparent huge pages asked for before it is first touched: a stream
+// over 4 KiB pages takes a TLB miss, and the prefetchers a restart, every
+// 4 KiB (decode streams every weight once a step; attention streams the KV
+// pool's pages). Its own mapping: the advice over a heap buffer would split
+// the heap's mapping around it. Pages cost nothing until touched; where the
+// kernel has no huge pages the buffer works the same. data() is null when
+// the mapping fails (or bytes is 0).
+class HugePageBuffer {
+ public:
+  HugePageBuffer() = default;
+  explicit HugePageBuffer(size_t bytes);
+  ~HugePageBuffer();
+  HugePageBuffer(HugePageBuffer&& other) noexcept { *this = std::move(other); }
+  HugePageBuffer& operator=(HugePageBuffer&& other) noexcept;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* mapping_ = nullptr;  // mapping_bytes_ long; data_ is its first huge-page boundary
+  size_t mapping_bytes_ = 0;
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 }  // namespace pagoda

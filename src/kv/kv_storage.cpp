@@ -1,7 +1,5 @@
 #include "kv/kv_storage.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -16,35 +14,24 @@ KVStorage::KVStorage(int64_t num_slots, int64_t num_blocks, int64_t page_bytes)
                num_slots, num_blocks, page_bytes);
   bytes_ = static_cast<size_t>(num_slots * slot_bytes_);
   if (bytes_ == 0) return;
-  // One huge page more than needed, so the arrays can start on a huge-page
-  // boundary.
-  void* p =
-      mmap(nullptr, bytes_ + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  // Huge pages (HugePageBuffer): attention reads each kv head's blocks as
+  // scattered 4 KiB runs, and with 4 KiB pages every run is a TLB miss and
+  // a new page for the prefetchers (8k-context decode attention ~15%
+  // faster, bench/attention_bench.cpp).
+  memory_ = HugePageBuffer(bytes_);
+  if (!memory_.data()) {
     throw_input_error("cannot reserve {} bytes for the KV cache (lower --kv-cache-memory)", bytes_);
   }
-  mapping_ = p;
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  base_ = static_cast<uint8_t*>(p) + (kHugePage - addr % kHugePage) % kHugePage;
-  // Huge pages: attention reads each kv head's blocks as scattered 4 KiB
-  // runs, and with 4 KiB pages every run is a TLB miss and a new page for
-  // the prefetchers (8k-context decode attention ~15% faster,
-  // bench/attention_bench.cpp). Only advice: where the kernel has no huge
-  // pages the pool works the same.
-  madvise(base_, bytes_, MADV_HUGEPAGE);
+  base_ = memory_.data();
 }
 
 void KVStorage::prefault() {
-  const auto pages = static_cast<int64_t>((bytes_ + kHugePage - 1) / kHugePage);
+  const auto pages = static_cast<int64_t>((bytes_ + kHugePageBytes - 1) / kHugePageBytes);
   parallel_for(pages, 1, [&](int64_t p0, int64_t p1) {
-    const size_t first = static_cast<size_t>(p0) * kHugePage;
-    const size_t last = std::min(bytes_, static_cast<size_t>(p1) * kHugePage);
+    const size_t first = static_cast<size_t>(p0) * kHugePageBytes;
+    const size_t last = std::min(bytes_, static_cast<size_t>(p1) * kHugePageBytes);
     std::memset(base_ + first, 0, last - first);
   });
-}
-
-KVStorage::~KVStorage() {
-  if (mapping_) munmap(mapping_, bytes_ + kHugePage);
 }
 
 }  // namespace pagoda

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/meminfo.h"
 
 namespace pagoda {
 
@@ -17,7 +18,6 @@ class KVStorage {
   // comes from an anonymous mapping, so pages a run never touches cost
   // nothing (in 2 MiB steps where huge pages are on).
   KVStorage(int64_t num_slots, int64_t num_blocks, int64_t page_bytes);
-  ~KVStorage();
   KVStorage(const KVStorage&) = delete;
   KVStorage& operator=(const KVStorage&) = delete;
 
@@ -30,9 +30,8 @@ class KVStorage {
   size_t bytes() const { return bytes_; }
 
  private:
-  static constexpr size_t kHugePage = size_t{2} << 20;
-  void* mapping_ = nullptr;  // bytes_ + kHugePage; base_ is its first huge-page boundary
-  uint8_t* base_ = nullptr;
+  HugePageBuffer memory_;
+  uint8_t* base_ = nullptr;  // memory_.data()
   size_t bytes_ = 0;
   int64_t slot_bytes_ = 0;
 };

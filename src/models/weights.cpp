@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -115,11 +116,20 @@ std::string fp4_scales_name(const std::string& name) {
 
 void* WeightStore::own(size_t bytes) {
   // Not value-initialized: every user writes all of it, and zeroing a GB of
-  // packed weights first would cost as much as packing them.
-  owned_.push_back({std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes});
-  // Repacked and quantized weights are streamed every decode step.
-  if (bytes >= kHugePageBytes) advise_huge_pages(owned_.back().data.get(), bytes);
-  return owned_.back().data.get();
+  // packed weights first would cost as much as packing them. Repacked and
+  // quantized weights are streamed every decode step: on huge pages.
+  OwnedBuffer buffer;
+  if (bytes >= kHugePageBytes) {
+    buffer.huge = HugePageBuffer(bytes);
+    if (!buffer.huge.data()) throw std::bad_alloc();
+    buffer.data = buffer.huge.data();
+  } else {
+    buffer.heap.reset(new uint8_t[bytes]);
+    buffer.data = buffer.heap.get();
+  }
+  buffer.size = bytes;
+  owned_.push_back(std::move(buffer));
+  return owned_.back().data;
 }
 
 const TensorInfo& WeightStore::weight_tensor(const std::string& name, int64_t rows,
@@ -462,7 +472,7 @@ void WeightStore::release_rows(const ops::Matrix& m, std::vector<int64_t>& rows)
 WeightStore::OwnedBuffer* WeightStore::owner_of(const void* data) {
   const auto* p = static_cast<const uint8_t*>(data);
   for (auto& buffer : owned_) {
-    if (buffer.data && p >= buffer.data.get() && p < buffer.data.get() + buffer.size)
+    if (buffer.data && p >= buffer.data && p < buffer.data + buffer.size)
       return &buffer;
   }
   return nullptr;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/meminfo.h"
 #include "models/checkpoint.h"
 #include "ops/ops.h"
 
@@ -130,7 +131,9 @@ class WeightStore {
 
   const Checkpoint& checkpoint_;
   struct OwnedBuffer {
-    std::unique_ptr<uint8_t[]> data;
+    std::unique_ptr<uint8_t[]> heap;  // under a huge page
+    HugePageBuffer huge;              // a huge page or more: streamed weights
+    uint8_t* data = nullptr;          // heap's or huge's
     size_t size = 0;
   };
   // The owned buffer data points into, or null (checkpoint memory).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -90,20 +91,22 @@ double read_rate(double seconds, int64_t bytes) {
 }  // namespace
 
 ReadProbe::ReadProbe(int64_t bytes)
-    : n_(bytes / static_cast<int64_t>(sizeof(float))), buf_(new float[n_]) {
-  // The pages streamed weights get (models/weights.cpp), so the probe
-  // bounds the same kind of stream.
-  advise_huge_pages(buf_.get(), static_cast<size_t>(this->bytes()));
+    : n_(bytes / static_cast<int64_t>(sizeof(float))),
+      memory_(static_cast<size_t>(n_) * sizeof(float)),
+      buf_(reinterpret_cast<float*>(memory_.data())) {
+  // Huge pages as the streamed weights get, so the probe bounds the same
+  // kind of stream.
+  if (!buf_) throw std::bad_alloc();
   // First touch on the threads that will read (NUMA placement).
   parallel_for(n_, 1 << 16,
-               [&](int64_t b, int64_t e) { std::fill(buf_.get() + b, buf_.get() + e, 1.0f); });
+               [&](int64_t b, int64_t e) { std::fill(buf_ + b, buf_ + e, 1.0f); });
 }
 
 double ReadProbe::measure() {
   std::atomic<float> sink{0};
   const auto t0 = Clock::now();
   parallel_for(n_, 1 << 16, [&](int64_t b, int64_t e) {
-    sink.store(sink.load(std::memory_order_relaxed) + read_sum(buf_.get() + b, e - b),
+    sink.store(sink.load(std::memory_order_relaxed) + read_sum(buf_ + b, e - b),
                std::memory_order_relaxed);
   });
   const double s = seconds_since(t0);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/meminfo.h"
 #include "ops/ops.h"
 
 namespace pagoda::ops {
@@ -65,7 +66,8 @@ class ReadProbe {
 
  private:
   int64_t n_;
-  std::unique_ptr<float[]> buf_;
+  HugePageBuffer memory_;  // the pages streamed weights get (models/weights.cpp)
+  float* buf_;
   float sink_ = 0;  // the sums, so the reads cannot be optimized away
 };
 

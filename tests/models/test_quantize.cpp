@@ -8,13 +8,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "checkpoint_test_util.h"
 #include "core/dtype.h"
+#include "core/meminfo.h"
 #include "forward_test_util.h"
 #include "models/model.h"
 #include "models/checkpoint.h"
@@ -212,6 +216,44 @@ TEST(WeightStore, ReleasedRowsLeaveTheNeighbouringTensorsMapped) {
   EXPECT_EQ(pages_present(m.data, rows * cols * 2), 0);
   EXPECT_EQ(pages_present(b.data, b.nbytes), before_pages);
   EXPECT_EQ(pages_present(a.data, a.nbytes), after_pages);
+}
+
+// The start of the mapping that holds p and its VmFlags (/proc/self/smaps).
+std::pair<uintptr_t, std::string> mapping_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  uintptr_t start = 0;
+  bool here = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(' ') > line.find('-')) {
+      here = reinterpret_cast<uintptr_t>(p) >= lo && reinterpret_cast<uintptr_t>(p) < hi;
+      start = lo;
+    } else if (here && line.rfind("VmFlags:", 0) == 0) {
+      return {start, line};
+    }
+  }
+  return {0, ""};
+}
+
+TEST(WeightStore, CopiesOfAHugePageOrMoreGetTheirOwnHugePageMapping) {
+  // An int8 copy streamed every decode step: on a mapping of its own that
+  // starts on a huge-page boundary with MADV_HUGEPAGE ("hg"), not advice
+  // over a heap buffer, which would split the heap's mapping around it.
+  TempDir tmp;
+  const int64_t rows = 1024, cols = 2048;  // a 2 MiB int8 copy
+  std::vector<uint16_t> w(rows * cols, 0x3f80);
+  test::SafetensorsWriter writer;
+  writer.add("w", "BF16", {rows, cols}, w.data(), w.size() * 2);
+  writer.write(tmp / "model.safetensors", 8);
+  auto ckpt = Checkpoint::open(tmp.str());
+  WeightStore store(*ckpt);
+  const ops::Matrix q = store.quantize_int8(store.matrix("w", rows, cols), false);
+  ASSERT_EQ(q.dtype, DType::I8);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(q.data) % kHugePageBytes, 0u);
+  const auto [start, flags] = mapping_of(q.data);
+  EXPECT_EQ(start % kHugePageBytes, 0u) << flags;
+  EXPECT_NE((flags + " ").find(" hg "), std::string::npos) << flags;
 }
 
 }  // namespace
