@@ -714,6 +714,11 @@ void LLMEngine::check_invariants() const {
                    "request {}: {} cached blocks but the proposer computed {} positions", id,
                    r.kv.num_cached_blocks, r.num_proposer_computed_tokens);
     }
+    // The MTP layer's deferred hidden states (mtp_proposer.h) are gone, with
+    // their memory, from a request that is waiting (preempted: recomputed).
+    PAGODA_CHECK(r.status != RequestStatus::Waiting || r.mtp_deferred_hidden.capacity() == 0,
+                 "request {}: waiting with {} floats of deferred MTP hidden states", id,
+                 r.mtp_deferred_hidden.capacity());
     const std::vector<int32_t> tokens = r.all_tokens();
     const std::vector<BlockHash> want =
         hash_full_blocks(std::span<const int32_t>(tokens).first(static_cast<size_t>(

@@ -62,10 +62,9 @@ struct Request {
   int64_t num_proposer_computed_tokens = 0;
   // The MTP proposer's deferred positions (spec_decode/mtp_proposer.h): the
   // target's hidden states of positions num_proposer_computed_tokens on,
-  // [positions, mtp_hidden_size], which the layer has yet to take, for
-  // the num_preemptions they were computed in (a preemption recomputes).
+  // [positions, mtp_hidden_size], which the layer has yet to take (emptied,
+  // and its memory freed, when it does and when the request is preempted).
   std::vector<float> mtp_deferred_hidden;
-  int64_t mtp_deferred_preemptions = 0;
   NgramIndex ngram_index;  // the n-gram proposer's index of this request's tokens
 
   // Output text, built incrementally; stop strings are cut from it.

@@ -61,6 +61,7 @@ void Scheduler::preempt(Request* request) {
   request->spec_token_ids.clear();
   request->num_computed_tokens = 0;  // recomputed from scratch when resumed
   request->num_proposer_computed_tokens = 0;
+  std::vector<float>().swap(request->mtp_deferred_hidden);  // recomputed too; its memory back now
   request->status = RequestStatus::Waiting;
   request->num_preemptions++;
   ++num_preemptions_;
@@ -111,7 +112,7 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (!scheduled) break;
-    out.scheduled.push_back({r, n, num_drafts_in(r, n)});
+    out.scheduled.push_back({r, n, num_drafts_in(r, n), r->num_computed_tokens});
     budget -= n;
     if (r->scoring_prompt()) scoring_budget -= n;
     ++i;
@@ -152,7 +153,7 @@ SchedulerOutput Scheduler::schedule() {
     waiting_.pop_front();
     r->status = RequestStatus::Running;
     running_.push_back(r);
-    out.scheduled.push_back({r, n, num_drafts_in(r, n)});
+    out.scheduled.push_back({r, n, num_drafts_in(r, n), r->num_computed_tokens});
     budget -= n;
     if (r->scoring_prompt()) scoring_budget -= n;
   }

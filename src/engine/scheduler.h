@@ -44,6 +44,9 @@ struct ScheduledRequest {
   // (Request::spec_token_ids), verified this step.
   int64_t num_new_tokens = 0;
   int64_t num_spec_tokens = 0;
+  // The request's num_computed_tokens when scheduled: the position of its
+  // first new token.
+  int64_t first_position = 0;
 };
 
 struct SchedulerOutput {

@@ -255,6 +255,62 @@ TEST(MtpProposer, DeferredPositionsCatchUpWhenTheRequestDraftsAgain) {
             deferring.stats().spec_decode.num_draft_tokens / 4);
 }
 
+// Deferral across preemption and prefix-cache hits, on the MTP layer that
+// reads the hidden states (the --mtp-copy checkpoints above ignore them,
+// so a wrong hidden row would go unseen there): requests that stop
+// drafting defer, are preempted (their deferred states dropped and
+// recomputed; check_invariants: none kept while waiting) and later hit
+// blocks earlier requests cached. The logits drafts are taken from, and
+// the drafts, must have the bits of a run whose layer keeps up every step,
+// and the outputs must be the plain outputs. (The two runs' steps may
+// differ: a deferring request's blocks are cached only up to where its
+// layer stands, so a preempted request may find fewer on resuming; the
+// drafts are compared where both runs drafted.)
+TEST(MtpProposer, DeferredPositionsSurvivePreemptionAndPrefixHits) {
+  const std::string& model = checkpoints().random;
+  const auto ps = prompts(8, 11);
+  const std::vector<SamplingParams> params = {test::greedy(70)};
+  EngineOptions o;
+  o.max_num_batched_tokens = 7;  // prompt chunks next to 1 + k token verifications
+  o.block_size = 4;
+  o.max_model_len = 160;
+  // 5 MLA layers (4 + MTP) of (64 + 16) f32 values: 1600 bytes a position;
+  // room for 240 positions, about two requests: they are preempted.
+  o.kv_cache_memory = 1600 * 240;
+  o.speculative_config = mtp(3);
+  o.speculative_config->adaptive = true;
+  LLMEngine deferring(model, o), keeping_up(model, o);
+  MtpRecord deferred, kept_up;
+  deferred.observe(deferring, /*every_position=*/false);
+  kept_up.observe(keeping_up);
+  EngineOptions plain_options;
+  plain_options.enable_prefix_caching = false;
+  EXPECT_EQ(run(deferring, ps, params), run(model, plain_options, ps, params));
+  EXPECT_EQ(run(keeping_up, ps, params), run(model, plain_options, ps, params));
+  EXPECT_GT(deferring.stats().num_preemptions, 0);
+  EXPECT_GT(deferred.num_drafts(), 20);
+  deferred.expect_bits_in(kept_up, /*same_schedule=*/false);
+  // Round 2 (new records: request ids repeat): round 1's prompts again with other continuations (hits up to
+  // a block whose successor token differs).
+  std::vector<std::vector<int32_t>> second;
+  std::mt19937 rng(5);
+  for (const auto& p : ps) {
+    second.push_back(p);
+    second.back().resize(p.size() - p.size() / 4);
+    for (int j = 0; j < 6; ++j) second.back().push_back(3 + static_cast<int32_t>(rng() % 500));
+  }
+  const auto hits_before = deferring.stats().prefix_cache_hit_tokens;
+  const auto want = run(model, plain_options, second, params);
+  MtpRecord deferred2, kept_up2;
+  deferred2.observe(deferring, /*every_position=*/false);
+  kept_up2.observe(keeping_up);
+  EXPECT_EQ(run(deferring, second, params), want);
+  EXPECT_EQ(run(keeping_up, second, params), want);
+  EXPECT_GT(deferring.stats().prefix_cache_hit_tokens - hits_before, 20);
+  EXPECT_GT(deferred2.num_drafts(), 20);
+  deferred2.expect_bits_in(kept_up2, /*same_schedule=*/false);
+}
+
 // Random pools, budgets, block sizes, k and sampling (greedy and seeded
 // temperature): every step's invariants hold and every block returns.
 TEST(MtpProposer, RandomizedInvariants) {

@@ -77,10 +77,10 @@ void MtpProposer::propose(const ProposeStep& step) {
   const auto h = static_cast<size_t>(hidden_size_);
   // Each scheduled request's first row in the target's step (its rows are
   // consecutive, in schedule order).
-  std::unordered_map<const Request*, std::pair<int64_t, int64_t>> rows_of;  // first, count
+  std::unordered_map<const Request*, std::pair<int64_t, const ScheduledRequest*>> rows_of;
   int64_t row = 0;
   for (const ScheduledRequest& s : step.sched->scheduled) {
-    rows_of[s.request] = {row, s.num_new_tokens};
+    rows_of[s.request] = {row, &s};
     row += s.num_new_tokens;
   }
   // Catch-up pass.
@@ -106,17 +106,16 @@ void MtpProposer::propose(const ProposeStep& step) {
     // The layer stands at `from`; the target's hidden states of the
     // positions it deferred follow (a preemption recomputes them), then
     // the step's rows up to num_computed.
-    if (r.mtp_deferred_preemptions != r.num_preemptions) {
-      r.mtp_deferred_hidden.clear();
-      r.mtp_deferred_preemptions = r.num_preemptions;
-    }
     std::vector<float>& deferred = r.mtp_deferred_hidden;
     const int64_t from = r.num_proposer_computed_tokens, to = r.num_computed_tokens;
     const int64_t step_from = from + static_cast<int64_t>(deferred.size() / h);
     const auto it = rows_of.find(&r);
-    PAGODA_CHECK(it != rows_of.end() && step_from <= to && to - step_from <= it->second.second,
-                 "request {}: the MTP layer is at {} (+{} deferred) of {} computed positions",
-                 r.request_id, from, step_from - from, to);
+    PAGODA_CHECK(it != rows_of.end() && step_from == it->second.second->first_position &&
+                     to >= step_from && to - step_from <= it->second.second->num_new_tokens,
+                 "request {}: the MTP layer is at {} (+{} deferred) of {} computed positions; "
+                 "the step's rows start at {}",
+                 r.request_id, from, step_from - from, to,
+                 it == rows_of.end() ? -1 : it->second.second->first_position);
     const float* step_rows = hidden + static_cast<size_t>(it->second.first) * h;
     // The rows whose outputs are used: the last of a drafting request,
     // which computed up to its last token, whose successor is draft 1 (the
@@ -135,7 +134,7 @@ void MtpProposer::propose(const ProposeStep& step) {
     }
     hidden_in_.insert(hidden_in_.end(), deferred.begin(), deferred.end());
     hidden_in_.insert(hidden_in_.end(), step_rows, step_rows + (to - step_from) * h);
-    deferred.clear();
+    std::vector<float>().swap(deferred);  // a request that drafts again may not defer for long
     const auto end = static_cast<int32_t>(batch_.token_ids.size());
     if (observer_.logits) {
       for (int32_t t = end - static_cast<int32_t>(to - from); t < end; ++t) {

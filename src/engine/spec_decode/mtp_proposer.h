@@ -91,10 +91,13 @@ class MtpProposer : public Proposer {
 
   // How far the layer may fall behind the target in a request that does
   // not draft (its prompt chunks, outputs while the adaptive switch is
-  // off): the switch's probe interval, so a switched-off request catches
-  // up about once per probe; it bounds the hidden states a request keeps
-  // (kMaxDeferredPositions x mtp_hidden_size floats).
-  static constexpr int64_t kMaxDeferredPositions = AdaptiveSpeculation::kReprobeInterval;
+  // off). Between two probes of the switch a request adds one position per
+  // step (kReprobeInterval - 1 steps) after the accepted tokens of the step
+  // that switched it off (num_speculative_tokens + 1 at most): twice the
+  // interval covers that for any k up to it, so a switched-off request
+  // catches up once per probe. It bounds the hidden states a deferring
+  // request keeps (kMaxDeferredPositions x mtp_hidden_size floats).
+  static constexpr int64_t kMaxDeferredPositions = 2 * AdaptiveSpeculation::kReprobeInterval;
 
  private:
   // A pass's sequences: `count` positions of `request` from `first_position`.
