@@ -159,6 +159,28 @@ struct MtpRecord {
   }
 };
 
+// OnlyDraftingRowsRunTheBlockPastItsCacheWrite (V3, V3.2, V4): with the
+// options `o` (adaptive, prompts in chunks), the MTP rows run through the
+// block past its cache write equal the drafts made, the outputs are the
+// plain ones, and the logits and drafts have the bits of a run that
+// computes every position's logits (which runs the block over every row).
+inline void expect_only_drafting_rows_run_the_block(
+    const std::string& model, const EngineOptions& o,
+    const std::vector<std::vector<int32_t>>& prompts, const std::vector<SamplingParams>& params,
+    const std::vector<std::vector<int32_t>>& plain) {
+  MtpRecord drafts_only, every_row;
+  LLMEngine engine(model, o), full(model, o);
+  drafts_only.observe(engine, /*every_position=*/false);
+  every_row.observe(full);
+  EXPECT_EQ(run_ids(engine, prompts, params), plain) << model;
+  EXPECT_EQ(run_ids(full, prompts, params), plain) << model;
+  EXPECT_GT(drafts_only.num_drafts(), 50) << model;
+  EXPECT_EQ(engine.model().mtp_output_rows(), drafts_only.num_drafts()) << model;
+  // The catch-up passes computed every prompt and output position besides.
+  EXPECT_GT(full.model().mtp_output_rows(), engine.model().mtp_output_rows() + 200) << model;
+  drafts_only.expect_bits_in(every_row);
+}
+
 // n sampling parameters for randomized runs: greedy with 1 to 50 tokens,
 // about a third sampled at temperature 0.8 with a seed.
 template <typename Rng>

@@ -203,17 +203,7 @@ TEST(MtpProposer, OnlyDraftingRowsRunTheBlockPastItsCacheWrite) {
     o.block_size = 4;
     o.speculative_config = mtp(3);
     o.speculative_config->adaptive = true;  // some requests stop drafting
-    MtpRecord drafts_only, every_row;
-    LLMEngine engine(model, o), full(model, o);
-    drafts_only.observe(engine, /*every_position=*/false);
-    every_row.observe(full);
-    EXPECT_EQ(run(engine, ps, params), plain) << model;
-    EXPECT_EQ(run(full, ps, params), plain) << model;
-    EXPECT_GT(drafts_only.num_drafts(), 50) << model;
-    EXPECT_EQ(engine.model().mtp_output_rows(), drafts_only.num_drafts()) << model;
-    // The catch-up passes computed every prompt and output position besides.
-    EXPECT_GT(full.model().mtp_output_rows(), engine.model().mtp_output_rows() + 200) << model;
-    drafts_only.expect_bits_in(every_row);
+    test::spec::expect_only_drafting_rows_run_the_block(model, o, ps, params, plain);
   }
 }
 

@@ -298,16 +298,7 @@ TEST(V4Mtp, OnlyDraftingRowsRunTheBlockPastItsCacheWrite) {
   o.block_size = 64;
   o.speculative_config = mtp(3);
   o.speculative_config->adaptive = true;  // some requests stop drafting
-  MtpRecord drafts_only, every_row;
-  LLMEngine engine(model, o), full(model, o);
-  drafts_only.observe(engine, /*every_position=*/false);
-  every_row.observe(full);
-  EXPECT_EQ(run(engine, ps, params), plain);
-  EXPECT_EQ(run(full, ps, params), plain);
-  EXPECT_GT(drafts_only.num_drafts(), 50);
-  EXPECT_EQ(engine.model().mtp_output_rows(), drafts_only.num_drafts());
-  EXPECT_GT(full.model().mtp_output_rows(), engine.model().mtp_output_rows() + 200);
-  drafts_only.expect_bits_in(every_row);
+  test::spec::expect_only_drafting_rows_run_the_block(model, o, ps, params, plain);
 }
 
 TEST(V4Mtp, RandomizedInvariants) {
