@@ -26,6 +26,10 @@
 # pairs to run (default "avx2 avx512bf16"); REPEATS, pairs per figure (2);
 # THREADS (2); PORT (18231) for the serving figure; ROOFLINE=0 skips the
 # `pagoda bench roofline` rows.
+#
+# A figure whose command fails prints "failed: ..." (with the tool's last
+# error line) in its row, the table goes on, and the script exits 1 at the
+# end; a server already listening on PORT is refused before any run.
 set -euo pipefail
 usage="usage: bench/llama_cpp_compare.sh LLAMA_AVX2_BUILD LLAMA_NATIVE_BUILD BF16_GGUF Q8_0_GGUF MODEL_DIR [pagoda]"
 [ $# -ge 5 ] || { echo "$usage" >&2; exit 2; }
@@ -40,10 +44,14 @@ isas=${ISAS:-avx2 avx512bf16}
 repeats=${REPEATS:-2}
 threads=${THREADS:-2}
 port=${PORT:-18231}
+want() { [ -z "${FIGURES:-}" ] || [[ ",$FIGURES," == *",$1,"* ]]; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+if want serving && curl -s -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null; then
+  echo "llama_cpp_compare.sh: something already listens on port $port (a stale server?); stop it or set PORT" >&2
+  exit 2
+fi
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-want() { [ -z "${FIGURES:-}" ] || [[ ",$FIGURES," == *",$1,"* ]]; }
 build_for() { [ "$1" = avx2 ] && echo "$avx2_build" || echo "$native_build"; }
 row() { echo "| $1 | $2 | $3 | $4 | $(load) |"; }
 py=/usr/bin/python3
@@ -55,7 +63,10 @@ speed() {
 import json, sys
 kind, text = sys.argv[1], open(sys.argv[2]).read().strip()
 # (TIMER may print a line before the tool's own output.)
-j = json.loads(text[text.index("["):]) if kind == "llama-bench" else json.loads(text.splitlines()[-1])
+if kind == "llama-bench":
+    j = json.loads(text[text.index("["):])
+else:  # the last JSON line (llama-batched-bench's jsonl, pagoda's --json)
+    j = json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
 if kind == "llama-bench":  # one test; avg_ts: tokens/s over its -r repetitions
     j = j[0]
     print(f"{j['avg_ts']:.1f} tok/s (sd {j['stddev_ts']:.1f})")
@@ -81,23 +92,31 @@ elif kind == "roofline":  # pagoda bench roofline --json: the all-threads row
           f"bf16 {r['bf16_gflops']:.0f} ({r['bf16_probe']}), int8 {r['int8_gops']:.0f} GOP/s ({r['int8_probe']})")
 PY
 }
+# Runs a timed command into a file and prints its figure, or "failed: " and
+# the command's last error line (counted in $tmp/failed): KIND CMD...
+measure() {
+  local kind=$1; shift
+  if "${timer[@]}" "$@" >"$tmp/out" 2>"$tmp/err" && speed "$kind" "$tmp/out" 2>>"$tmp/err"; then
+    return
+  fi
+  echo "$kind" >>"$tmp/failed"
+  echo "failed: $(basename "$1"): $(grep -v '^quiet:' "$tmp/err" | tail -1 | tr -d '|')"
+}
 llama_bench() {  # isa, then llama-bench flags
   local b; b=$(build_for "$1"); shift
-  "${timer[@]}" "$b/bin/llama-bench" -t "$threads" -r 3 -o json "$@" 2>/dev/null >"$tmp/lb.json"
-  speed llama-bench "$tmp/lb.json"
+  measure llama-bench "$b/bin/llama-bench" -t "$threads" -r 3 -o json "$@"
 }
 pagoda_latency() {  # kind (prefill|decode), isa, then bench latency flags
   local kind=$1 isa=$2; shift 2
-  "${timer[@]}" "${pg[@]}" --isa "$isa" "$@" 2>/dev/null | tail -1 >"$tmp/pg.json"
-  speed "$kind" "$tmp/pg.json"
+  measure "$kind" "${pg[@]}" --isa "$isa" "$@"
 }
 
 echo "| figure | ISA | engine | speed | loadavg |"
 echo "|---|---|---|---|---|"
 for isa in $isas; do
   if [ "${ROOFLINE:-1}" != 0 ]; then
-    "${timer[@]}" "$pagoda" bench roofline --threads "$threads" --isa "$isa" --json 2>/dev/null | tail -1 >"$tmp/roof.json"
-    row "peaks (pagoda bench roofline, $threads threads)" "$isa" "-" "$(speed roofline "$tmp/roof.json")"
+    row "peaks (pagoda bench roofline, $threads threads)" "$isa" "-" \
+      "$(measure roofline "$pagoda" bench roofline --threads "$threads" --isa "$isa" --json)"
   fi
   engine_llama="llama.cpp ($([ "$isa" = avx2 ] && echo "AVX2 build" || echo "native build"))"
   engine_pagoda="pagoda --isa $isa"
@@ -118,13 +137,12 @@ for isa in $isas; do
     # 32 sequences of 128 prompt tokens then 32 decode steps of 32 rows: the
     # prefill and decode rates and the total (prefill + decode tokens over both phases' time).
     if want "batch 32"; then
-      b=$(build_for "$isa")
-      "${timer[@]}" "$b/bin/llama-batched-bench" -m "$bf16" -t "$threads" -tb "$threads" -c 8192 \
-        -npp 128 -ntg 32 -npl 32 --output-format jsonl 2>/dev/null | grep '^{' | tail -1 >"$tmp/bb.json"
-      row "batch 32 x (128 in, 32 out) bf16" "$isa" "$engine_llama" "$(speed batched-bench "$tmp/bb.json")"
-      "${timer[@]}" "${pg[@]}" --isa "$isa" --batch 32 --input-len 128 --output-len 32 --repeats 1 \
-        --warmup 0 --kv-cache-memory 1200000000 2>/dev/null | tail -1 >"$tmp/pg.json"
-      row "batch 32 x (128 in, 32 out) bf16" "$isa" "$engine_pagoda" "$(speed batch "$tmp/pg.json")"
+      row "batch 32 x (128 in, 32 out) bf16" "$isa" "$engine_llama" \
+        "$(measure batched-bench "$(build_for "$isa")/bin/llama-batched-bench" -m "$bf16" -t "$threads" \
+             -tb "$threads" -c 8192 -npp 128 -ntg 32 -npl 32 --output-format jsonl)"
+      row "batch 32 x (128 in, 32 out) bf16" "$isa" "$engine_pagoda" \
+        "$(measure batch "${pg[@]}" --isa "$isa" --batch 32 --input-len 128 --output-len 32 --repeats 1 \
+             --warmup 0 --kv-cache-memory 1200000000)"
     fi
     # 32 streaming requests, 8 at a time, 200 words in, 64 tokens out
     # (bench/serve_bench.mjs, the OpenAI completions API of both servers).
@@ -153,10 +171,16 @@ for isa in $isas; do
           done
           node "$bench" --url "http://127.0.0.1:$port" --num-prompts 32 --concurrency 8 \
             --input-words 200 --output-len 64 --json >"$out"' _ "$port" "$here/serve_bench.mjs" "$tmp/serve.json" \
-          "${server[@]}" 2>"$tmp/serve.err" && result=$(speed serving "$tmp/serve.json") ||
-          result="failed: $(cat "$tmp/serve.err" "$tmp/serve.json.log" 2>/dev/null | grep -m1 -E 'Error|error' | tr -d '|' || true)"  # a row, not the end of the table
+          "${server[@]}" 2>"$tmp/serve.err" && result=$(speed serving "$tmp/serve.json") || {
+          echo serving >>"$tmp/failed"
+          result="failed: $(cat "$tmp/serve.err" "$tmp/serve.json.log" 2>/dev/null | grep -m1 -E 'Error|error' | tr -d '|' || true)"
+        }
         row "serving 32 req, 8 concurrent, 200 in / 64 out" "$isa" "$name" "$result"
       done
     fi
   done
 done
+if [ -s "$tmp/failed" ]; then
+  echo "llama_cpp_compare.sh: $(wc -l <"$tmp/failed") figure(s) failed (their rows say why)" >&2
+  exit 1
+fi
