@@ -36,10 +36,9 @@ class HugePageBuffer {
   size_t size() const { return bytes_; }
 
  private:
-  void* mapping_ = nullptr;  // mapping_bytes_ long; data_ is its first huge-page boundary
-  size_t mapping_bytes_ = 0;
-  uint8_t* data_ = nullptr;
+  uint8_t* data_ = nullptr;  // the mapping's start, on a huge-page boundary
   size_t bytes_ = 0;
+  size_t mapping_bytes_ = 0;  // bytes_ rounded up to whole pages
 };
 
 }  // namespace pagoda

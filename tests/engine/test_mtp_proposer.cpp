@@ -207,6 +207,24 @@ TEST(MtpProposer, OnlyDraftingRowsRunTheBlockPastItsCacheWrite) {
   }
 }
 
+// Two engines of the same options: `deferring` records the logits its
+// drafts are taken from and its drafts; `keeping_up` records every
+// position's logits, so its MTP layer defers nothing. clear() forgets both
+// records (the observers stay).
+struct DeferringAndKeepingUp {
+  LLMEngine deferring, keeping_up;
+  MtpRecord deferred, kept_up;
+  DeferringAndKeepingUp(const std::string& model, const EngineOptions& o)
+      : deferring(model, o), keeping_up(model, o) {
+    deferred.observe(deferring, /*every_position=*/false);
+    kept_up.observe(keeping_up);
+  }
+  void clear() {
+    deferred = {};
+    kept_up = {};
+  }
+};
+
 // A request that does not draft (prompt chunks, outputs while the adaptive
 // switch is off) keeps the target's hidden states instead of running the
 // MTP layer each step, and catches up in one pass when it drafts
@@ -223,17 +241,14 @@ TEST(MtpProposer, DeferredPositionsCatchUpWhenTheRequestDraftsAgain) {
   o.max_num_batched_tokens = 9;  // prompts in chunks
   o.speculative_config = mtp(3);
   o.speculative_config->adaptive = true;
-  LLMEngine deferring(model, o), keeping_up(model, o);
-  MtpRecord deferred, kept_up;
-  deferred.observe(deferring, /*every_position=*/false);
-  kept_up.observe(keeping_up);
+  DeferringAndKeepingUp e(model, o);
   const auto plain = run(model, EngineOptions{}, ps, params);
-  EXPECT_EQ(run(deferring, ps, params), plain);
-  EXPECT_EQ(run(keeping_up, ps, params), plain);
-  deferred.expect_bits_in(kept_up);
+  EXPECT_EQ(run(e.deferring, ps, params), plain);
+  EXPECT_EQ(run(e.keeping_up, ps, params), plain);
+  e.deferred.expect_bits_in(e.kept_up);
   // Each request verified drafts after its first 64 steps: a probe.
   std::map<std::string, int64_t> last_probe;
-  for (const auto& [key, drafts] : deferred.drafts) {
+  for (const auto& [key, drafts] : e.deferred.drafts) {
     last_probe[key.first] = std::max(last_probe[key.first], key.second);
   }
   ASSERT_EQ(last_probe.size(), ps.size());
@@ -241,8 +256,8 @@ TEST(MtpProposer, DeferredPositionsCatchUpWhenTheRequestDraftsAgain) {
     EXPECT_GT(last_probe[std::to_string(i)], static_cast<int64_t>(ps[i].size()) + 64)
         << "request " << i << " never probed";
   }
-  EXPECT_LT(deferring.stats().spec_decode.num_accepted_tokens,
-            deferring.stats().spec_decode.num_draft_tokens / 4);
+  EXPECT_LT(e.deferring.stats().spec_decode.num_accepted_tokens,
+            e.deferring.stats().spec_decode.num_draft_tokens / 4);
 }
 
 // Deferral across preemption and prefix-cache hits, on the MTP layer that
@@ -269,19 +284,18 @@ TEST(MtpProposer, DeferredPositionsSurvivePreemptionAndPrefixHits) {
   o.kv_cache_memory = 1600 * 240;
   o.speculative_config = mtp(3);
   o.speculative_config->adaptive = true;
-  LLMEngine deferring(model, o), keeping_up(model, o);
-  MtpRecord deferred, kept_up;
-  deferred.observe(deferring, /*every_position=*/false);
-  kept_up.observe(keeping_up);
+  DeferringAndKeepingUp e(model, o);
   EngineOptions plain_options;
   plain_options.enable_prefix_caching = false;
-  EXPECT_EQ(run(deferring, ps, params), run(model, plain_options, ps, params));
-  EXPECT_EQ(run(keeping_up, ps, params), run(model, plain_options, ps, params));
-  EXPECT_GT(deferring.stats().num_preemptions, 0);
-  EXPECT_GT(deferred.num_drafts(), 20);
-  deferred.expect_bits_in(kept_up, /*same_schedule=*/false);
-  // Round 2 (new records: request ids repeat): round 1's prompts again with other continuations (hits up to
-  // a block whose successor token differs).
+  const auto plain = run(model, plain_options, ps, params);
+  EXPECT_EQ(run(e.deferring, ps, params), plain);
+  EXPECT_EQ(run(e.keeping_up, ps, params), plain);
+  EXPECT_GT(e.deferring.stats().num_preemptions, 0);
+  EXPECT_GT(e.deferred.num_drafts(), 20);
+  e.deferred.expect_bits_in(e.kept_up, /*same_schedule=*/false);
+  // Round 2, recorded afresh (request ids repeat): round 1's prompts again
+  // with other continuations (hits up to a block whose successor token
+  // differs).
   std::vector<std::vector<int32_t>> second;
   std::mt19937 rng(5);
   for (const auto& p : ps) {
@@ -289,16 +303,14 @@ TEST(MtpProposer, DeferredPositionsSurvivePreemptionAndPrefixHits) {
     second.back().resize(p.size() - p.size() / 4);
     for (int j = 0; j < 6; ++j) second.back().push_back(3 + static_cast<int32_t>(rng() % 500));
   }
-  const auto hits_before = deferring.stats().prefix_cache_hit_tokens;
+  const auto hits_before = e.deferring.stats().prefix_cache_hit_tokens;
   const auto want = run(model, plain_options, second, params);
-  MtpRecord deferred2, kept_up2;
-  deferred2.observe(deferring, /*every_position=*/false);
-  kept_up2.observe(keeping_up);
-  EXPECT_EQ(run(deferring, second, params), want);
-  EXPECT_EQ(run(keeping_up, second, params), want);
-  EXPECT_GT(deferring.stats().prefix_cache_hit_tokens - hits_before, 20);
-  EXPECT_GT(deferred2.num_drafts(), 20);
-  deferred2.expect_bits_in(kept_up2, /*same_schedule=*/false);
+  e.clear();
+  EXPECT_EQ(run(e.deferring, second, params), want);
+  EXPECT_EQ(run(e.keeping_up, second, params), want);
+  EXPECT_GT(e.deferring.stats().prefix_cache_hit_tokens - hits_before, 20);
+  EXPECT_GT(e.deferred.num_drafts(), 20);
+  e.deferred.expect_bits_in(e.kept_up, /*same_schedule=*/false);
 }
 
 // Random pools, budgets, block sizes, k and sampling (greedy and seeded
