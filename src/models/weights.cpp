@@ -438,7 +438,8 @@ void WeightStore::advise_random_rows(const ops::Matrix& m) {
 }
 
 void WeightStore::release_rows(const ops::Matrix& m, std::vector<int64_t>& rows) {
-  if (rows.empty()) return;
+  // (An owned copy is anonymous memory, which MADV_DONTNEED would zero.)
+  if (rows.empty() || !in_mapping(m)) return;
   // The kernel's fault-around window (fault_around_bytes, 64 KiB by default)
   // that a row's lookup mapped.
   constexpr uintptr_t kFaultAround = 64 << 10;

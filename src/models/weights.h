@@ -77,8 +77,8 @@ class WeightStore {
   // Whether m is read in place from the checkpoint mapping (not a copy this
   // store owns).
   bool in_mapping(const ops::Matrix& m) { return owner_of(m.data) == nullptr; }
-  // Unmaps the pages of the given rows of m (a table read in place, see
-  // in_mapping) from this process (the page cache keeps them), for a table
+  // Unmaps the pages of the given rows of m, if it is read in place (see
+  // in_mapping; nothing for an owned copy), from this process (the page cache keeps them), for a table
   // read a row at a time: each lookup's fault maps a 64 KiB window around
   // its row (fault-around, which MADV_RANDOM leaves on), so without this a
   // server's resident set grows towards the whole table (311 MB for
