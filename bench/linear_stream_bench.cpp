@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   for (int pass = 0; pass < passes; ++pass) {
     std::vector<double> step_s, head_s, read;
     for (int s = 0; s < steps; ++s) {
-      if (m == 1) read.push_back(probe.measure() * 1e-9);
+      read.push_back(probe.measure() * 1e-9);
       const auto t0 = std::chrono::steady_clock::now();
       for (const Layer& l : model) {
         const ops::LinearOutput qkv[3] = {{&l.q.m, nullptr, yq.data()},
@@ -130,8 +130,10 @@ int main(int argc, char** argv) {
       const ops::Roofline roof = ops::measure_roofline(num_threads(), 0.2);
       const double peak = g_int8 ? roof.int8_gops : roof.bf16_gflops;
       const double gflops = 2 * weights / (g_int8 ? 1 : 2) * m / sec * 1e-9;  // 2 per weight per row
-      std::printf("%.2f ms/step: %.1f GFLOP/s, %s peak %.1f: %.1f%%\n", sec * 1e3, gflops,
-                  g_int8 ? "int8" : "bf16", peak, 100 * gflops / peak);
+      std::printf("%.2f ms/step: %.1f GFLOP/s, %s peak %.1f: %.1f%%; %.1f GB/s, read probe "
+                  "between the steps %.1f GB/s\n",
+                  sec * 1e3, gflops, g_int8 ? "int8" : "bf16", peak, 100 * gflops / peak,
+                  weights / sec * 1e-9, median(read));
     }
   }
 }
