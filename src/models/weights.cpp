@@ -132,6 +132,29 @@ void* WeightStore::own(size_t bytes) {
   return owned_.back().data;
 }
 
+void* WeightStore::own_streamed(size_t bytes) {
+  // Slabs of 64 MiB (a few layers of a small model; a larger matrix gets a
+  // slab of its own size, in whole huge pages). The unused end of a slab
+  // left for a bigger matrix costs address space only: pages are allocated
+  // when touched.
+  constexpr size_t kSlabBytes = size_t{64} << 20;
+  const size_t offset = slab_ ? (slab_->size + 63) / 64 * 64 : 0;
+  if (!slab_ || offset + bytes > slab_->huge.size()) {
+    OwnedBuffer buffer;
+    const size_t whole_pages = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    buffer.huge = HugePageBuffer(std::max(kSlabBytes, whole_pages));
+    if (!buffer.huge.data()) throw std::bad_alloc();
+    buffer.data = buffer.huge.data();
+    buffer.slab = true;
+    owned_.push_back(std::move(buffer));
+    slab_ = &owned_.back();  // (a deque's elements stay put as it grows)
+    slab_->size = bytes;
+    return slab_->data;
+  }
+  slab_->size = offset + bytes;
+  return slab_->data + offset;
+}
+
 const TensorInfo& WeightStore::weight_tensor(const std::string& name, int64_t rows,
                                              int64_t cols) const {
   const TensorInfo& t = checkpoint_.get(name);
@@ -424,7 +447,7 @@ ops::Matrix WeightStore::repack(const ops::Matrix& source, bool source_still_use
   const size_t bytes = source.dtype == DType::I8
                            ? int8_matrix_bytes(source.rows, source.cols, true)
                            : ops::packed_bytes(source.rows, source.cols, source.dtype);
-  void* out = own_aligned(bytes);
+  void* out = own_streamed(bytes);
   populate_pages(source.data, static_cast<size_t>(matrix_bytes(source)), false);
   populate_pages(out, bytes, true);
   const ops::Matrix packed =
@@ -486,7 +509,7 @@ void* WeightStore::own_aligned(size_t bytes) {
 
 void WeightStore::drop(const ops::Matrix& source, bool still_used) {
   if (OwnedBuffer* buffer = owner_of(source.data)) {
-    if (!still_used) *buffer = {};
+    if (!still_used && !buffer->slab) *buffer = {};  // (a slab's other matrices stay)
     return;
   }
   // (FP8, FP4: the values; their scales are a separate tensor.)

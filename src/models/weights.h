@@ -108,6 +108,13 @@ class WeightStore {
  private:
   void* own(size_t bytes);
   void* own_aligned(size_t bytes);  // 64-byte aligned: vectors never straddle lines
+  // 64-byte aligned room for a matrix every decode step streams (a repacked
+  // one), carved after the previous one from a shared huge-page slab: on
+  // its own, a 1 MiB matrix, or the last MiB of a 3 MiB one, would sit on
+  // 4 KiB pages (a huge page needs a whole aligned 2 MiB of one mapping),
+  // and those pages stream ~5% slower (bench/every_cpu.md, session 18).
+  // Never freed before the store.
+  void* own_streamed(size_t bytes);
   // Frees an owned source (unless still used) or releases its checkpoint pages.
   void drop(const ops::Matrix& source, bool still_used);
   // The checked weight tensor `name` of shape [rows, cols]: F32/BF16/F16,
@@ -134,11 +141,13 @@ class WeightStore {
     std::unique_ptr<uint8_t[]> heap;  // under a huge page
     HugePageBuffer huge;              // a huge page or more: streamed weights
     uint8_t* data = nullptr;          // heap's or huge's
-    size_t size = 0;
+    size_t size = 0;                  // in use (of a slab: carved so far)
+    bool slab = false;                // own_streamed's: holds many matrices
   };
   // The owned buffer data points into, or null (checkpoint memory).
   OwnedBuffer* owner_of(const void* data);
   std::deque<OwnedBuffer> owned_;
+  OwnedBuffer* slab_ = nullptr;  // own_streamed's current slab (in owned_)
 };
 
 }  // namespace pagoda
