@@ -714,10 +714,15 @@ void LLMEngine::check_invariants() const {
                    "request {}: {} cached blocks but the proposer computed {} positions", id,
                    r.kv.num_cached_blocks, r.num_proposer_computed_tokens);
     }
-    // The MTP layer's deferred hidden states (mtp_proposer.h) are gone, with
-    // their memory, from a request that is waiting (preempted: recomputed).
-    PAGODA_CHECK(r.status != RequestStatus::Waiting || r.mtp_deferred_hidden.capacity() == 0,
+    // The MTP layer's deferred hidden states (mtp_proposer.h) are gone from
+    // a request that is waiting (preempted: recomputed), and none keeps
+    // their memory once they are gone (a catch-up or a preemption frees
+    // it: up to ~1.9 MB a request at V3's width).
+    PAGODA_CHECK(r.status != RequestStatus::Waiting || r.mtp_deferred_hidden.empty(),
                  "request {}: waiting with {} floats of deferred MTP hidden states", id,
+                 r.mtp_deferred_hidden.size());
+    PAGODA_CHECK(!r.mtp_deferred_hidden.empty() || r.mtp_deferred_hidden.capacity() == 0,
+                 "request {}: no deferred MTP hidden states but room kept for {} floats", id,
                  r.mtp_deferred_hidden.capacity());
     const std::vector<int32_t> tokens = r.all_tokens();
     const std::vector<BlockHash> want =

@@ -146,6 +146,9 @@ TEST(QuantizedModel, EmbeddingLookupsLeaveNoPageMapped) {
   // lookups read the checkpoint's embedding rows in place; each step unmaps
   // them again, so tokens seen do not add to the resident set (fault-around
   // maps 64 KiB around each row, which would add up to the whole table).
+  // Both ways of release_rows: the 59-token prefill's windows would cover
+  // the 256 KiB table (released whole, once), each decode step's one row
+  // is released as its own window.
   TempDir tmp;
   const std::string dir = tiny_checkpoint(
       tmp, "--arch qwen3 --dtype bf16 --tied --hidden 256 --intermediate 512 --layers 2 --seed 3");

@@ -50,6 +50,7 @@
 #include "engine/request.h"
 #include "engine/spec_decode/adaptive_speculation.h"
 #include "engine/spec_decode/proposer.h"
+#include "engine/spec_decode/speculative_config.h"
 #include "kv/kv_cache_manager.h"
 #include "models/model.h"
 
@@ -98,6 +99,9 @@ class MtpProposer : public Proposer {
   // catches up once per probe. It bounds the hidden states a deferring
   // request keeps (kMaxDeferredPositions x mtp_hidden_size floats).
   static constexpr int64_t kMaxDeferredPositions = 2 * AdaptiveSpeculation::kReprobeInterval;
+  static_assert(kMaxDeferredPositions >= AdaptiveSpeculation::kReprobeInterval - 1 +
+                                             SpeculativeConfig::kMaxSpeculativeTokens + 1,
+                "a switched-off request would catch up more than once per probe");
 
  private:
   // A pass's sequences: `count` positions of `request` from `first_position`.

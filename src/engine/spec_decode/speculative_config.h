@@ -15,6 +15,7 @@ const char* speculative_method_name(SpeculativeMethod method);  // "ngram", "dra
 struct SpeculativeConfig {
   SpeculativeMethod method = SpeculativeMethod::Ngram;
   int32_t num_speculative_tokens = 0;  // k: draft tokens per request and step
+  static constexpr int32_t kMaxSpeculativeTokens = 32;  // the most k parse_speculative_config accepts
   // ngram: the longest and shortest suffix of the context looked up in it.
   int32_t prompt_lookup_min = 5;
   int32_t prompt_lookup_max = 5;
