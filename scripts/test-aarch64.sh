@@ -53,12 +53,13 @@ echo "== unit tests, -cpu max (neon, neondot, neonbf16)"
 # MADV_RANDOM splitting the embedding table's mapping off (fault-around
 # stops at its end); qemu-user (7.2) accepts MADV_RANDOM without passing it
 # on, so reads of the table's last rows map the next tensor's pages too.
-# Nor WeightStore.ReleasedRowsLeaveTheNeighbouringTensorsMapped and
-# CopiesOfAHugePageOrMoreGetTheirOwnHugePageMapping: they read the
+# Nor the WeightStore tests ReleasedRowsLeaveTheNeighbouringTensorsMapped,
+# CopiesOfAHugePageOrMoreGetTheirOwnHugePageMapping and
+# RepackedMatricesShareHugePageSlabs: they read the
 # kernel's page state of the process (/proc/self/pagemap's present bits,
 # smaps' VmFlags), under qemu-user the emulator's process with its own
 # mappings and advice, not what a native aarch64 run would see.
-not_under_qemu='QuantizedModel\.EmbeddingLookupsLeaveNoPageMapped|WeightStore\.ReleasedRowsLeaveTheNeighbouringTensorsMapped|WeightStore\.CopiesOfAHugePageOrMoreGetTheirOwnHugePageMapping'
+not_under_qemu='QuantizedModel\.EmbeddingLookupsLeaveNoPageMapped|WeightStore\.ReleasedRowsLeaveTheNeighbouringTensorsMapped|WeightStore\.CopiesOfAHugePageOrMoreGetTheirOwnHugePageMapping|WeightStore\.RepackedMatricesShareHugePageSlabs'
 echo "(left out under qemu-user: $not_under_qemu; they run in scripts/test.sh)"
 (cd "$dir" && QEMU_CPU=max ctest --no-tests=error --output-on-failure -j"$(nproc)" -L unit \
   -E "$not_under_qemu" --timeout 1800) || failures=$((failures + 1))

@@ -24,6 +24,7 @@
 #include "models/checkpoint.h"
 #include "models/quantize.h"
 #include "models/weights.h"
+#include "ops/packed.h"
 #include "ops/reference.h"
 
 namespace pagoda {
@@ -257,6 +258,33 @@ TEST(WeightStore, CopiesOfAHugePageOrMoreGetTheirOwnHugePageMapping) {
   const auto [start, flags] = mapping_of(q.data);
   EXPECT_EQ(start % kHugePageBytes, 0u) << flags;
   EXPECT_NE((flags + " ").find(" hg "), std::string::npos) << flags;
+}
+
+TEST(WeightStore, RepackedMatricesShareHugePageSlabs) {
+  // Matrices a decode step streams (repacked panels), however small: one
+  // after another in a huge-page mapping, so a 1 MiB matrix, or the last
+  // MiB of a 3 MiB one, does not stream from 4 KiB pages.
+  TempDir tmp;
+  const int64_t rows = 512, cols = 1024;  // 1 MiB bf16 panels each
+  std::vector<uint16_t> w(rows * cols, 0x3f80);
+  test::SafetensorsWriter writer;
+  for (const char* name : {"a", "b", "c"})
+    writer.add(name, "BF16", {rows, cols}, w.data(), w.size() * 2);
+  writer.write(tmp / "model.safetensors", 8);
+  auto ckpt = Checkpoint::open(tmp.str());
+  WeightStore store(*ckpt);
+  std::vector<const uint8_t*> starts;
+  for (const char* name : {"a", "b", "c"}) {
+    const ops::Matrix p = store.repack(store.matrix(name, rows, cols), false);
+    ASSERT_TRUE(p.packed);
+    starts.push_back(static_cast<const uint8_t*>(p.data));
+    const auto [start, flags] = mapping_of(p.data);
+    EXPECT_NE((flags + " ").find(" hg "), std::string::npos) << name << ": " << flags;
+  }
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(starts[0]) % kHugePageBytes, 0u);
+  const auto stride =  // carved one after another, 64-byte aligned
+      static_cast<ptrdiff_t>(ops::packed_bytes(rows, cols, DType::BF16) + 63) / 64 * 64;
+  for (size_t i = 1; i < starts.size(); ++i) EXPECT_EQ(starts[i] - starts[i - 1], stride);
 }
 
 }  // namespace
