@@ -118,36 +118,35 @@ void* WeightStore::own(size_t bytes) {
   // Not value-initialized: every user writes all of it, and zeroing a GB of
   // packed weights first would cost as much as packing them. Repacked and
   // quantized weights are streamed every decode step: on huge pages.
+  if (bytes >= kHugePageBytes) return own_huge(bytes).data;
   OwnedBuffer buffer;
-  if (bytes >= kHugePageBytes) {
-    buffer.huge = HugePageBuffer(bytes);
-    if (!buffer.huge.data()) throw std::bad_alloc();
-    buffer.data = buffer.huge.data();
-  } else {
-    buffer.heap.reset(new uint8_t[bytes]);
-    buffer.data = buffer.heap.get();
-  }
+  buffer.heap.reset(new uint8_t[bytes]);
+  buffer.data = buffer.heap.get();
   buffer.size = bytes;
   owned_.push_back(std::move(buffer));
   return owned_.back().data;
 }
 
+WeightStore::OwnedBuffer& WeightStore::own_huge(size_t bytes) {
+  OwnedBuffer buffer;
+  buffer.huge = HugePageBuffer(bytes);
+  if (!buffer.huge.data()) throw std::bad_alloc();
+  buffer.data = buffer.huge.data();
+  buffer.size = bytes;
+  owned_.push_back(std::move(buffer));
+  return owned_.back();  // (a deque's elements stay put as it grows)
+}
+
 void* WeightStore::own_streamed(size_t bytes) {
   // Slabs of 64 MiB (a few layers of a small model; a larger matrix gets a
-  // slab of its own size, in whole huge pages). The unused end of a slab
+  // slab of its own size). The unused end of a slab
   // left for a bigger matrix costs address space only: pages are allocated
   // when touched.
   constexpr size_t kSlabBytes = size_t{64} << 20;
   const size_t offset = slab_ ? (slab_->size + 63) / 64 * 64 : 0;
   if (!slab_ || offset + bytes > slab_->huge.size()) {
-    OwnedBuffer buffer;
-    const size_t whole_pages = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    buffer.huge = HugePageBuffer(std::max(kSlabBytes, whole_pages));
-    if (!buffer.huge.data()) throw std::bad_alloc();
-    buffer.data = buffer.huge.data();
-    buffer.slab = true;
-    owned_.push_back(std::move(buffer));
-    slab_ = &owned_.back();  // (a deque's elements stay put as it grows)
+    slab_ = &own_huge(std::max(kSlabBytes, bytes));
+    slab_->slab = true;
     slab_->size = bytes;
     return slab_->data;
   }
@@ -471,7 +470,8 @@ void WeightStore::release_rows(const ops::Matrix& m, std::vector<int64_t>& rows)
   const auto data = reinterpret_cast<uintptr_t>(m.data);
   // The table's pages: the mapping holds at least these.
   const uintptr_t table_first = data / page * page;
-  const uintptr_t table_last = (data + static_cast<uintptr_t>(m.rows) * row_bytes + page - 1) / page * page;
+  const uintptr_t table_last =
+      (data + static_cast<uintptr_t>(m.rows) * row_bytes + page - 1) / page * page;
   auto release = [](uintptr_t first, uintptr_t last) {
     release_pages(reinterpret_cast<const void*>(first), last - first);
   };

@@ -108,6 +108,9 @@ class WeightStore {
  private:
   void* own(size_t bytes);
   void* own_aligned(size_t bytes);  // 64-byte aligned: vectors never straddle lines
+  struct OwnedBuffer;
+  // A new owned buffer of `bytes` on huge pages (HugePageBuffer).
+  OwnedBuffer& own_huge(size_t bytes);
   // 64-byte aligned room for a matrix every decode step streams (a repacked
   // one), carved after the previous one from a shared huge-page slab: on
   // its own, a 1 MiB matrix, or the last MiB of a 3 MiB one, would sit on
