@@ -26,13 +26,11 @@ class KVStorage {
   void prefault();
 
   // The array of slot s: num_blocks pages, block b at b * page_bytes.
-  void* slot(int64_t s) const { return base_ + s * slot_bytes_; }
-  size_t bytes() const { return bytes_; }
+  void* slot(int64_t s) const { return memory_.data() + s * slot_bytes_; }
+  size_t bytes() const { return memory_.size(); }
 
  private:
   HugePageBuffer memory_;
-  uint8_t* base_ = nullptr;  // memory_.data()
-  size_t bytes_ = 0;
   int64_t slot_bytes_ = 0;
 };
 
