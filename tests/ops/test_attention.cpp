@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/cpu/kernels.h"  // kFlashByKeysMaxKeys
 #include "ops/ops.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -520,6 +521,42 @@ TEST_P(PagedAttention, ChunksAndCachedPrefixesGiveTheRowsOfOneChunk) {
           ASSERT_EQ(rows_of(chunked, r, r + 1, width), rows_of(whole, r, r + 1, width))
               << "row " << r << ", chunks of " << ::testing::PrintToString(split);
         }
+      }
+    }
+  }
+}
+
+TEST_P(PagedAttention, DecodeRowsOnBothSidesOfTheByKeysLengthEqualTheirPromptRows) {
+  // Decode rows (one-row chunks) over contexts a little shorter and longer
+  // than kFlashByKeysMaxKeys take the two decode paths of the flash kernel
+  // (keys across the lanes, and queries across the lanes with software
+  // prefetch); each must equal, bit for bit, the same row computed in one
+  // prompt-sized chunk (queries across the lanes). With a sliding window
+  // every row is short. The f32 path is held to the same rule.
+  constexpr int kMax = cpu::kFlashByKeysMaxKeys;
+  const int len = kMax + 40;
+  std::mt19937 rng(43);
+  for (DType kv : kKvDtypes) {
+    for (const Case& base : {Case{16, 8, 128, 16, 0}, Case{8, 2, 64, 16, 0},
+                             Case{16, 4, 128, 48, 37}}) {
+      const Case c = with_kv(base, kv);
+      SCOPED_TRACE(describe(c));
+      const Step st = build_step(c, rng, {{0, len}});
+      const int64_t width = int64_t{c.q_heads} * c.head_dim;
+      auto run_chunk = [&](int r0, int r1, std::vector<float>& out) {
+        const int32_t qsl[2] = {0, r1 - r0}, seq_len = r1;
+        const AttentionBatch b{1, qsl, &seq_len, st.tables.data(), st.max_blocks, c.window};
+        paged_attention(st.q.data() + r0 * width, st.k(), st.v(), st.layout, b, c.q_heads,
+                        scale_of(c), out.data() + r0 * width);
+      };
+      std::vector<float> whole(len * width, NAN), alone(len * width, NAN);
+      run_chunk(0, len, whole);
+      // Rows kMax - 3 .. kMax + 2 see kMax - 2 .. kMax + 3 keys; the last
+      // rows kMax + 40.
+      for (int r : {kMax - 3, kMax - 2, kMax - 1, kMax, kMax + 1, kMax + 2, len - 1}) {
+        run_chunk(r, r + 1, alone);
+        ASSERT_EQ(rows_of(alone, r, r + 1, width), rows_of(whole, r, r + 1, width))
+            << "row " << r << " (" << r + 1 << " keys)";
       }
     }
   }

@@ -14,6 +14,14 @@
 // The softmax stays f32 (online, flash-attention style: running max and
 // denominator per query lane, the output rescaled when the max grows).
 //
+// Decode tiles over short contexts (few queries, at most
+// kFlashByKeysMaxKeys keys) turn the score product around: keys across the
+// lanes, K's rows transposed in registers, q pairs broadcast, so a dp
+// serves 16 keys rather than the 2 queries of a GQA group. Their P . V has
+// head_dim across the lanes (value_lane), as every tile of few queries.
+// Each (query, key) still runs the same dot-product chain and f32 softmax
+// steps in the same order, so the bits do not change.
+//
 // Every step is lane-wise: a query's output depends only on its own q and
 // its keys, never on the other queries of its tile, the tile's shape or the
 // threads. Keys are visited in blocks of one absolute grid (positions
@@ -58,7 +66,7 @@ struct Scratch {
   uint32_t* qp;  // [hd / 2][kQ]: q pairs
   float* o;      // unnormalised output: [hd][kQ] (transposed), or [kQ][hd] by_lane
   float* s;      // [kKeys][kQ]: scores, then weights
-  uint32_t* pp;  // [kPairs][kQ]: weight pairs
+  uint32_t* pp;  // [kPairs][kQ]: weight pairs ([kFewQueries][kPairs] by keys)
   uint32_t* vp;  // [kPairs][hd]: V rows interleaved by key pairs
   float* m;      // [kQ]: running max
   float* l;      // [kQ]: softmax denominator
@@ -132,23 +140,137 @@ PAGODA_BF16_TARGET inline void value_rows(const uint32_t* pp, const uint32_t* vp
 
 // The same sums with head_dim across the lanes, for tiles of few queries
 // (decode: a GQA group's heads of one row): O[i][d0, d0 + 16 DV) += P . V
-// for query i. Each lane does what value_rows does for (d, i) (one dp per
-// key pair, pairs in order, the same operands), so the bits are the same;
-// only the instruction count falls from hd to count x hd / 16 per pair.
+// for query i, whose weight pairs are pp_i[p * stride]. Each lane does what
+// value_rows does for (d, i) (one dp per key pair, pairs in order, the same
+// operands), so the bits are the same; only the instruction count falls
+// from hd to count x hd / 16 per pair.
 template <int DV>
-PAGODA_BF16_TARGET inline void value_lane(const uint32_t* pp, const uint32_t* vp, int hd, int pairs,
-                                          float* o_lane, int i, int d0) {
+PAGODA_BF16_TARGET inline void value_lane(const uint32_t* pp_i, int stride, const uint32_t* vp,
+                                          int hd, int pairs, float* o_lane, int d0) {
   __m512 acc[DV];
 #pragma GCC unroll 8
   for (int c = 0; c < DV; ++c) acc[c] = _mm512_load_ps(o_lane + d0 + 16 * c);
   for (int p = 0; p < pairs; ++p) {
-    const __m512i pb = _mm512_set1_epi32(static_cast<int32_t>(pp[p * kQ + i]));
+    const __m512i pb = _mm512_set1_epi32(static_cast<int32_t>(pp_i[p * stride]));
 #pragma GCC unroll 8
     for (int c = 0; c < DV; ++c)
       acc[c] = dot(acc[c], pb, _mm512_loadu_si512(vp + p * hd + d0 + 16 * c));
   }
 #pragma GCC unroll 8
   for (int c = 0; c < DV; ++c) _mm512_store_ps(o_lane + d0 + 16 * c, acc[c]);
+}
+
+// P . V for a tile of few queries: O[i] += P_i . V over the block's np key
+// pairs (V interleaved in vp), query i's weight pairs at pp + i * i_stride,
+// pair p of them p * p_stride further.
+PAGODA_BF16_TARGET inline void value_lanes(int count, const uint32_t* pp, int i_stride,
+                                           int p_stride, const uint32_t* vp, int hd, int np,
+                                           float* o) {
+  for (int i = 0; i < count; ++i) {
+    const uint32_t* pp_i = pp + i * i_stride;
+    for (int d = 0; d < hd; d += 128) {
+      if (hd - d >= 128) {
+        value_lane<8>(pp_i, p_stride, vp, hd, np, o + i * hd, d);
+      } else {
+        for (int dd = d; dd < hd; dd += 32)
+          value_lane<2>(pp_i, p_stride, vp, hd, np, o + i * hd, dd);
+      }
+    }
+  }
+}
+
+// Full-mask maskz forms: GCC 12's unmasked ones pass an undefined vector
+// and trip -Wmaybe-uninitialized (as in vec_avx512.h).
+PAGODA_BF16_TARGET inline __m512i unpacklo32(__m512i a, __m512i b) {
+  return _mm512_maskz_unpacklo_epi32(0xffff, a, b);
+}
+PAGODA_BF16_TARGET inline __m512i unpackhi32(__m512i a, __m512i b) {
+  return _mm512_maskz_unpackhi_epi32(0xffff, a, b);
+}
+PAGODA_BF16_TARGET inline __m512i unpacklo64(__m512i a, __m512i b) {
+  return _mm512_maskz_unpacklo_epi64(0xff, a, b);
+}
+PAGODA_BF16_TARGET inline __m512i unpackhi64(__m512i a, __m512i b) {
+  return _mm512_maskz_unpackhi_epi64(0xff, a, b);
+}
+// 128-bit lanes 0 and 2 (even) or 1 and 3 (odd) of a, then the same of b.
+PAGODA_BF16_TARGET inline __m512i lanes_even(__m512i a, __m512i b) {
+  return _mm512_maskz_shuffle_i32x4(0xffff, a, b, 0x88);
+}
+PAGODA_BF16_TARGET inline __m512i lanes_odd(__m512i a, __m512i b) {
+  return _mm512_maskz_shuffle_i32x4(0xffff, a, b, 0xdd);
+}
+
+// The largest of v's lanes in mask (-inf if none): exact in any order.
+PAGODA_BF16_TARGET inline float masked_max(__mmask16 mask, __m512 v) {
+  v = _mm512_mask_mov_ps(_mm512_set1_ps(-__builtin_inff()), mask, v);
+  v = vmax(v, _mm512_maskz_shuffle_f32x4(0xffff, v, v, 0x4e));
+  v = vmax(v, _mm512_maskz_shuffle_f32x4(0xffff, v, v, 0xb1));
+  v = vmax(v, _mm512_maskz_permute_ps(0xffff, v, 0x4e));
+  v = vmax(v, _mm512_maskz_permute_ps(0xffff, v, 0xb1));
+  return _mm512_cvtss_f32(v);
+}
+
+// r[j] word p becomes r[p] word j (a 16 x 16 transpose of 32-bit words):
+// 16 keys' rows of 16 pairs in, one vector of the 16 keys per pair out.
+PAGODA_BF16_TARGET inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int j = 0; j < 16; j += 2) {
+    t[j] = unpacklo32(r[j], r[j + 1]);
+    t[j + 1] = unpackhi32(r[j], r[j + 1]);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < 16; j += 4) {
+    r[j] = unpacklo64(t[j], t[j + 2]);
+    r[j + 1] = unpackhi64(t[j], t[j + 2]);
+    r[j + 2] = unpacklo64(t[j + 1], t[j + 3]);
+    r[j + 3] = unpackhi64(t[j + 1], t[j + 3]);
+  }
+  // Now 128-bit lane c of r[4a + b] holds pair 4c + b of keys 4a..4a+3;
+  // pair 4c + b wants lane c of r[b], r[4 + b], r[8 + b], r[12 + b].
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
+    t[b] = lanes_even(r[b], r[4 + b]);
+    t[4 + b] = lanes_odd(r[b], r[4 + b]);
+    t[8 + b] = lanes_even(r[8 + b], r[12 + b]);
+    t[12 + b] = lanes_odd(r[8 + b], r[12 + b]);
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
+    r[b] = lanes_even(t[b], t[8 + b]);           // pair b
+    r[8 + b] = lanes_odd(t[b], t[8 + b]);        // pair 8 + b
+    r[4 + b] = lanes_even(t[4 + b], t[12 + b]);  // pair 4 + b
+    r[12 + b] = lanes_odd(t[4 + b], t[12 + b]);  // pair 12 + b
+  }
+}
+
+// Scores of 16 keys k[0, 16) for C queries (C a power of two; lanes past
+// the tile's count have zero q pairs), keys across the lanes: s[i] lane j
+// = scale x the dp chain over head_dim pairs, in order, of q_i . k_j: the
+// chain score_rows runs for (key j, lane i) with its operands swapped, and
+// vdpbf16ps multiplies exactly, so the bits are the same.
+template <int C>
+PAGODA_BF16_TARGET inline void score_keys(const uint32_t* qp, const uint16_t* const* k, int pairs,
+                                          float scale, __m512* s) {
+  __m512 acc[C];
+#pragma GCC unroll 8
+  for (int i = 0; i < C; ++i) acc[i] = _mm512_setzero_ps();
+  for (int p0 = 0; p0 < pairs; p0 += 16) {
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(k[j] + 2 * p0);
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p) {
+#pragma GCC unroll 8
+      for (int i = 0; i < C; ++i)
+        acc[i] = dot(acc[i], _mm512_set1_epi32(static_cast<int32_t>(qp[(p0 + p) * kQ + i])), r[p]);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int i = 0; i < C; ++i) s[i] = _mm512_mul_ps(acc[i], sc);
 }
 
 // Rows j and j + 1 of 32 bf16 values each, interleaved: element 2i of the
@@ -170,8 +292,117 @@ struct Lanes {
   int count;                              // rows * heads
   int nv;                                 // query vectors, ceil(count / 16)
   bool by_lane;                           // output as [kQ][hd] (value_lane)
+  bool by_keys;                           // scores with keys across the lanes (attend_by_keys)
   __m512i first[kQ / 16], last[kQ / 16];  // visible keys per lane
+  int32_t first_key[kQ], last_key[kQ];    // the same per query
 };
+
+// Loads every line of keys [lo, hi]'s K and V rows of the tile's kv heads,
+// cache block by cache block, K then V, each head's rows after the
+// previous head's: the order they lie in memory. A key block of a short
+// decode tile is read this way before its arithmetic: plain loads in
+// address order keep many misses in flight and let the hardware
+// prefetchers run, where the scattered reads of the arithmetic (and
+// software prefetches, which top out near 13 GB/s a core here) leave
+// attention at half the read bandwidth (bench/batched_decode.md, session
+// 19).
+PAGODA_BF16_TARGET void load_key_block(const cpu::AttentionTile* tiles, int kv_heads, int64_t lo,
+                                       int64_t hi) {
+  const cpu::AttentionTile& a = tiles[0];
+  const int64_t row_bytes = int64_t{a.head_dim} * 2;
+  __m512i any = _mm512_setzero_si512();
+  for (int64_t b0 = lo; b0 <= hi; b0 = (b0 / a.block_size + 1) * a.block_size) {
+    const int64_t end = (b0 / a.block_size + 1) * a.block_size - 1;
+    const int64_t bytes = ((end < hi ? end : hi) - b0 + 1) * row_bytes;
+    const int64_t off = (int64_t{a.block_table[b0 / a.block_size]} * a.block_stride +
+                         (b0 % a.block_size) * a.head_dim) *
+                        2;
+    for (int kv = 0; kv < 2; ++kv) {
+      for (int h = 0; h < kv_heads; ++h) {
+        const char* rows = static_cast<const char*>(kv ? tiles[h].v_head : tiles[h].k_head) + off;
+        for (int64_t o = 0; o < bytes; o += 64)
+          any = _mm512_or_si512(any, _mm512_loadu_si512(rows + o));
+      }
+    }
+  }
+  __asm__ volatile("" : : "v"(any));  // the loads are the point
+}
+
+// One key block of a tile of few queries, keys across the lanes: keys [lo,
+// lo + count), rows k[0, padded) and v[0, padded) (padded even; k readable
+// to 32 rows). Each (query, key) goes through the steps of the
+// queries-across-lanes path in the same order: its score's dp chain
+// (score_keys), the max over the visible keys (exact in any order), the
+// rescale by exp(old max - new max), exp(s - max), the denominator summed
+// key by key in key order, the weights rounded to bf16 pairs (2i, 2i + 1),
+// and P . V (value_lanes).
+template <int C>
+PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
+                                       const uint16_t* const* k, const uint16_t* const* v,
+                                       int64_t lo, int count, int padded, int hd, float scale) {
+  const int chunks = (padded + 15) / 16;  // 1 or 2 vectors of 16 keys
+  __m512 s[2][C];
+  for (int c = 0; c < chunks; ++c) score_keys<C>(st.qp, k + 16 * c, hd / 2, scale, s[c]);
+  // Visible keys per query, and its new running max.
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __mmask16 vis[2][C];
+  alignas(64) float mx[16];
+  _mm512_store_ps(mx, _mm512_load_ps(st.m));
+  for (int i = 0; i < lanes.count; ++i) {
+    for (int c = 0; c < chunks; ++c) {
+      const __m512i key =
+          _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(lo + 16 * c)), lane);
+      const int in_chunk = count - 16 * c;
+      const auto in_block = static_cast<__mmask16>(in_chunk >= 16 ? 0xffff : (1u << in_chunk) - 1);
+      vis[c][i] = _mm512_cmple_epi32_mask(_mm512_set1_epi32(lanes.first_key[i]), key) &
+                  _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(lanes.last_key[i])) & in_block;
+      const float block_max = masked_max(vis[c][i], s[c][i]);
+      if (block_max > mx[i]) mx[i] = block_max;
+    }
+  }
+  // Rescale the queries whose max grew (by exactly 1 elsewhere: skipped
+  // when none grew); lane i is query i, as in the other path.
+  const __m512 old = _mm512_load_ps(st.m), grown = _mm512_load_ps(mx);
+  if (_mm512_cmp_ps_mask(grown, old, _CMP_GT_OQ)) {
+    const __m512 corr = vexp(_mm512_sub_ps(old, grown));
+    _mm512_store_ps(st.l, _mm512_mul_ps(_mm512_load_ps(st.l), corr));
+    alignas(64) float c16[16];
+    _mm512_store_ps(c16, corr);
+    for (int i = 0; i < lanes.count; ++i) {
+      const __m512 ci = _mm512_set1_ps(c16[i]);
+      for (int d = 0; d < hd; d += 16) {
+        float* od = st.o + i * hd + d;
+        _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), ci));
+      }
+    }
+    _mm512_store_ps(st.m, grown);
+  }
+  // Weights, the denominator key by key, the weight pairs per query.
+  for (int i = 0; i < lanes.count; ++i) {
+    alignas(64) float p[32];
+    const __m512 m = _mm512_set1_ps(mx[i]);
+    for (int c = 0; c < chunks; ++c)
+      _mm512_store_ps(p + 16 * c, _mm512_maskz_mov_ps(vis[c][i], vexp(_mm512_sub_ps(s[c][i], m))));
+    float sum = st.l[i];
+    for (int j = 0; j < padded; ++j) sum += p[j];
+    st.l[i] = sum;
+    uint32_t* pairs = st.pp + i * kPairs;
+    if (chunks == 2) {
+      _mm512_store_si512(pairs,
+                         (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(p + 16), _mm512_load_ps(p)));
+    } else {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs),
+                         (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(p)));
+    }
+  }
+  // V interleaved by key pairs, then O[i] += P . V.
+  const int np = padded / 2;
+  for (int p = 0; p < np; ++p) {
+    for (int d = 0; d < hd; d += 32)
+      interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
+  }
+  value_lanes(lanes.count, st.pp, kPairs, 1, st.vp, hd, np, st.o);
+}
 
 // The first key any row of the tile sees (row 0's).
 inline int64_t first_key_of(const cpu::AttentionTile& a) {
@@ -194,17 +425,18 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
     return int64_t{a.block_table[t / a.block_size]} * a.block_stride + (t % a.block_size) * hd;
   };
   for (int64_t t0 = first_key / kKeys * kKeys; t0 <= last_tile_key; t0 += kKeys) {
+    // From an even key: weights pair keys (2i, 2i + 1) whatever the tile's
+    // first key (the pairing sets the rounding of p . v).
+    const int64_t even_first = first_key & ~int64_t{1};
+    const int64_t lo = t0 > even_first ? t0 : even_first;
+    const int64_t hi = t0 + kKeys - 1 < last_tile_key ? t0 + kKeys - 1 : last_tile_key;
+    const int count = static_cast<int>(hi - lo + 1);  // keys [lo, hi] of the block
+    const int padded = (count + 1) / 2 * 2;
+    if (lanes.by_keys) load_key_block(tiles, kv_heads, lo, hi);
     for (int h = 0; h < kv_heads; ++h) {
       const Scratch& st = scratches[h];
       const auto* kc = static_cast<const uint16_t*>(tiles[h].k_head);
       const auto* vc = static_cast<const uint16_t*>(tiles[h].v_head);
-      // From an even key: weights pair keys (2i, 2i + 1) whatever the tile's
-      // first key (the pairing sets the rounding of p . v).
-      const int64_t even_first = first_key & ~int64_t{1};
-      const int64_t lo = t0 > even_first ? t0 : even_first;
-      const int64_t hi = t0 + kKeys - 1 < last_tile_key ? t0 + kKeys - 1 : last_tile_key;
-      const int count = static_cast<int>(hi - lo + 1);  // keys [lo, hi] of the block
-      const int padded = (count + 1) / 2 * 2;
       // Key rows; a padding key repeats the last one (its weight is 0).
       const uint16_t* k[kKeys + 8];
       const uint16_t* v[kKeys];
@@ -214,6 +446,21 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
         v[j] = vc + off;
       }
       for (int j = padded; j < kKeys + 8; ++j) k[j] = k[padded - 1];
+      if constexpr (NV == 1) {
+        if (lanes.by_keys) {
+          // Queries padded to a power of two (zero q pairs, never read).
+          if (lanes.count <= 1) {
+            attend_by_keys<1>(st, lanes, k, v, lo, count, padded, hd, a.scale);
+          } else if (lanes.count <= 2) {
+            attend_by_keys<2>(st, lanes, k, v, lo, count, padded, hd, a.scale);
+          } else if (lanes.count <= 4) {
+            attend_by_keys<4>(st, lanes, k, v, lo, count, padded, hd, a.scale);
+          } else {
+            attend_by_keys<8>(st, lanes, k, v, lo, count, padded, hd, a.scale);
+          }
+          continue;
+        }
+      }
       // Scores, 4 keys x NV query vectors at a time (16 accumulators),
       // asking meanwhile for the K and V rows of the next block (into L2):
       // blocks lie anywhere in the pool, beyond the hardware prefetcher's
@@ -317,16 +564,7 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
           interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
       }
       if (lanes.by_lane) {
-        for (int i = 0; i < lanes.count; ++i) {
-          for (int d = 0; d < hd; d += 128) {
-            if (hd - d >= 128) {
-              value_lane<8>(st.pp, st.vp, hd, np, st.o + i * hd, i, d);
-            } else {
-              for (int dd = d; dd < hd; dd += 32)
-                value_lane<2>(st.pp, st.vp, hd, np, st.o + i * hd, i, dd);
-            }
-          }
-        }
+        value_lanes(lanes.count, st.pp, 1, kQ, st.vp, hd, np, st.o);
       } else {
         for (int d = 0; d < hd; d += 4) value_rows<NV, 4>(st.pp, st.vp, hd, np, st.o, d);
       }
@@ -406,6 +644,7 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
   lanes.nv = (lanes.count + 15) / 16;
   // Few queries (decode rows): head_dim across the lanes for P . V.
   lanes.by_lane = lanes.count <= kFewQueries;
+  lanes.by_keys = lanes.by_lane && a.last_key + a.rows - first_key_of(a) <= kFlashByKeysMaxKeys;
   alignas(64) int32_t first[kQ], last[kQ];
   for (int i = 0; i < kQ; ++i) {
     const int r = i < lanes.count ? i / a.heads : 0;
@@ -415,6 +654,7 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
     first[i] = i < lanes.count ? static_cast<int32_t>(f) : 1;
     last[i] = i < lanes.count ? static_cast<int32_t>(l) : 0;
   }
+  for (int i = 0; i < kQ; ++i) lanes.first_key[i] = first[i], lanes.last_key[i] = last[i];
   for (int v = 0; v < kQ / 16; ++v) {
     lanes.first[v] = _mm512_load_si512(first + v * 16);
     lanes.last[v] = _mm512_load_si512(last + v * 16);
