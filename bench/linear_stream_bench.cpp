@@ -2,11 +2,12 @@
 // Qwen3-0.6B's 28 layers of packed bf16 (or int8, --quantization int8's
 // panels) weights (q/k/v fused, o, gate/up fused, down) and the 151936-row
 // LM head, 1.19 GB in all (0.60 GB int8), so every step streams them from
-// memory. Prints, per pass of `steps` steps, the weight stream in GB/s
-// (m = 1) or GFLOP/s (m > 1) next to the read probe or the linears' peak,
-// and the ratio. At m = 1 the read probe (a pass over a buffer the size of
-// the weights) runs between the steps, as bench latency's does, and the
-// ratio is of the medians.
+// memory. The packed matrices lie one after another in huge pages, as the
+// engine's WeightStore lays them out. Prints, per pass of `steps` steps,
+// the weight stream in GB/s (m = 1) or GFLOP/s (m > 1) next to the read
+// probe or the linears' peak, and the ratio. At m = 1 the read probe (a
+// pass over a buffer the size of the weights) runs between the steps, as
+// bench latency's does, and the ratio is of the medians.
 // Not wired into CMake; build against a build tree's libraries, e.g.
 //   g++ -O2 -std=c++20 -fopenmp -Isrc bench/linear_stream_bench.cpp build/libpagoda_models.a \
 //       build/libpagoda_ops.a build/libpagoda_core.a -lfmt -o /tmp/linear_stream_bench
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/meminfo.h"
 #include "core/parallel.h"
 #include "models/quantize.h"
 #include "ops/ops.h"
@@ -36,9 +38,30 @@ void* aligned64(std::vector<uint8_t>& bytes) {
   return bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64;
 }
 
+// The packed matrices are carved one after another, 64-byte aligned, from
+// one huge-page buffer, as the engine's WeightStore carves them from its
+// streamed slabs: the stream runs over huge pages and from one matrix into
+// the next, as a decode step's does.
+struct Arena {
+  HugePageBuffer buffer;
+  size_t used = 0;
+  explicit Arena(size_t bytes) : buffer(bytes) {}
+  void* take(size_t bytes) {
+    used = (used + 63) / 64 * 64;
+    if (!buffer.data() || used + bytes > buffer.size()) {
+      std::fprintf(stderr, "linear_stream_bench: weight arena of %zu bytes too small or unmapped\n",
+                   buffer.size());
+      std::exit(1);
+    }
+    void* p = buffer.data() + used;
+    used += bytes;
+    return p;
+  }
+};
+Arena* g_arena = nullptr;
+
 // A packed bf16 (or int8) [rows, cols] matrix of small pseudo-random values.
 struct PackedMatrix {
-  std::vector<uint8_t> bytes;
   ops::Matrix m;
   PackedMatrix(int64_t rows, int64_t cols) {
     std::vector<bf16_t> w(static_cast<size_t>(rows * cols));
@@ -48,12 +71,10 @@ struct PackedMatrix {
     if (g_int8) {
       std::vector<uint8_t> q(int8_matrix_bytes(rows, cols) + 64);
       const ops::Matrix qm = quantize_matrix_int8(src, aligned64(q));
-      bytes.resize(int8_matrix_bytes(rows, cols, true) + 64);
-      m = repack_int8(qm, aligned64(bytes));
+      m = repack_int8(qm, g_arena->take(int8_matrix_bytes(rows, cols, true)));
       return;
     }
-    bytes.resize(ops::packed_bytes(rows, cols, DType::BF16) + 64);
-    m = ops::pack_matrix(src, aligned64(bytes));
+    m = ops::pack_matrix(src, g_arena->take(ops::packed_bytes(rows, cols, DType::BF16)));
   }
 };
 
@@ -74,6 +95,11 @@ int main(int argc, char** argv) {
       if (std::string(argv[5]) == ops::isa_name(isa)) ops::set_isa(isa);
   }
   const int64_t hidden = 1024, q = 2048, kv = 1024, inter = 3072, vocab = 151936, layers = 28;
+  const double bf16_bytes =
+      2.0 * (layers * (hidden * (q + 2 * kv) + q * hidden + 3 * hidden * inter) + vocab * hidden);
+  const double weights = g_int8 ? bf16_bytes / 2 : bf16_bytes;
+  Arena arena(static_cast<size_t>(bf16_bytes * 1.05) + (size_t{64} << 20));  // + int8 scales, alignment
+  g_arena = &arena;
   struct Layer {
     PackedMatrix q, k, v, o, gate, up, down;
   };
@@ -90,8 +116,6 @@ int main(int argc, char** argv) {
   const PackedMatrix head(vocab, hidden);
   std::vector<float> x(m * inter, 0.01f), yq(m * q), yk(m * kv), yv(m * kv), yo(m * hidden),
       ygu(m * 2 * inter), yd(m * hidden), yh(m * vocab);
-  const double weights =
-      (g_int8 ? 1.0 : 2.0) * (layers * (hidden * (q + 2 * kv) + q * hidden + 3 * hidden * inter) + vocab * hidden);
   const int steps = m == 1 ? 10 : 2;
   std::printf("threads %d, m %lld, %s weights (%s kernels), %.2f GB per step\n", num_threads(),
               (long long)m, g_int8 ? "int8" : "bf16", ops::isa_name(ops::current_isa()),

@@ -125,7 +125,9 @@ TEST_P(LinearPacked, RowsEqualDecodeRowsBitForBit) {
       }
       for (int threads : {1, 2}) {
         ScopedThreads scoped(threads);
-        for (int64_t m : {2, 3, 5, 62, 64, 65, 70}) {  // every remainder tile of 1 to 5 rows
+        // Every remainder tile of 1 to 5 rows, after one full tile (7, 8, 9:
+        // the batched decode steps' two passes over a block) or two (13).
+        for (int64_t m : {2, 3, 5, 7, 8, 9, 12, 13, 62, 64, 65, 70}) {
           std::vector<float> batched(m * n, NAN);
           linear(x.data(), m, w.packed, bias.data(), batched.data());
           EXPECT_TRUE(std::equal(batched.begin(), batched.end(), alone.begin()))
