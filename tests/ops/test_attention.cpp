@@ -485,6 +485,16 @@ TEST_P(PagedAttention, FlashPrefillRowsDoNotDependOnTheBatch) {
   }
 }
 
+// Rows [r0, r1) of the step's one sequence as a chunk after the keys
+// before r0 (cached), into out's rows [r0, r1).
+void run_rows(const Step& st, const Case& c, int r0, int r1, std::vector<float>& out) {
+  const int64_t width = int64_t{c.q_heads} * c.head_dim;
+  const int32_t qsl[2] = {0, r1 - r0}, seq_len = r1;
+  const AttentionBatch b{1, qsl, &seq_len, st.tables.data(), st.max_blocks, c.window};
+  paged_attention(st.q.data() + r0 * width, st.k(), st.v(), st.layout, b, c.q_heads, scale_of(c),
+                  out.data() + r0 * width);
+}
+
 TEST_P(PagedAttention, ChunksAndCachedPrefixesGiveTheRowsOfOneChunk) {
   // A 101-token sequence computed in one step equals, bit for bit, the same
   // sequence computed in chunks of 1, 5, 31 and 64 rows (a decode-sized,
@@ -504,18 +514,12 @@ TEST_P(PagedAttention, ChunksAndCachedPrefixesGiveTheRowsOfOneChunk) {
       SCOPED_TRACE(describe(c));
       const Step st = build_step(c, rng, {{0, kLen}});
       const int64_t width = int64_t{c.q_heads} * c.head_dim;
-      auto run_chunk = [&](int r0, int r1, std::vector<float>& out) {
-        const int32_t qsl[2] = {0, r1 - r0}, len = r1;
-        const AttentionBatch b{1, qsl, &len, st.tables.data(), st.max_blocks, c.window};
-        paged_attention(st.q.data() + r0 * width, st.k(), st.v(), st.layout, b, c.q_heads,
-                        scale_of(c), out.data() + r0 * width);
-      };
       std::vector<float> whole(kLen * width, NAN);
-      run_chunk(0, kLen, whole);
+      run_rows(st, c, 0, kLen, whole);
       for (const std::vector<int>& split : splits) {
         std::vector<float> chunked(kLen * width, NAN);
         int r0 = 0;
-        for (int rows : split) run_chunk(r0, r0 + rows, chunked), r0 += rows;
+        for (int rows : split) run_rows(st, c, r0, r0 + rows, chunked), r0 += rows;
         ASSERT_EQ(r0, kLen);
         for (int r = 0; r < kLen; ++r) {
           ASSERT_EQ(rows_of(chunked, r, r + 1, width), rows_of(whole, r, r + 1, width))
@@ -543,18 +547,12 @@ TEST_P(PagedAttention, DecodeRowsOnBothSidesOfTheByKeysLengthEqualTheirPromptRow
       SCOPED_TRACE(describe(c));
       const Step st = build_step(c, rng, {{0, len}});
       const int64_t width = int64_t{c.q_heads} * c.head_dim;
-      auto run_chunk = [&](int r0, int r1, std::vector<float>& out) {
-        const int32_t qsl[2] = {0, r1 - r0}, seq_len = r1;
-        const AttentionBatch b{1, qsl, &seq_len, st.tables.data(), st.max_blocks, c.window};
-        paged_attention(st.q.data() + r0 * width, st.k(), st.v(), st.layout, b, c.q_heads,
-                        scale_of(c), out.data() + r0 * width);
-      };
       std::vector<float> whole(len * width, NAN), alone(len * width, NAN);
-      run_chunk(0, len, whole);
+      run_rows(st, c, 0, len, whole);
       // Rows kMax - 3 .. kMax + 2 see kMax - 2 .. kMax + 3 keys; the last
       // rows kMax + 40.
       for (int r : {kMax - 3, kMax - 2, kMax - 1, kMax, kMax + 1, kMax + 2, len - 1}) {
-        run_chunk(r, r + 1, alone);
+        run_rows(st, c, r, r + 1, alone);
         ASSERT_EQ(rows_of(alone, r, r + 1, width), rows_of(whole, r, r + 1, width))
             << "row " << r << " (" << r + 1 << " keys)";
       }

@@ -179,6 +179,20 @@ PAGODA_BF16_TARGET inline void value_lanes(int count, const uint32_t* pp, int i_
   }
 }
 
+// A tile of few queries' outputs (o as [query][hd]): query i's row times
+// lane i of corr.
+PAGODA_BF16_TARGET inline void rescale_lanes(int count, __m512 corr, float* o, int hd) {
+  alignas(64) float c16[16];
+  _mm512_store_ps(c16, corr);
+  for (int i = 0; i < count; ++i) {
+    const __m512 ci = _mm512_set1_ps(c16[i]);
+    for (int d = 0; d < hd; d += 16) {
+      float* od = o + i * hd + d;
+      _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), ci));
+    }
+  }
+}
+
 // Full-mask maskz forms: GCC 12's unmasked ones pass an undefined vector
 // and trip -Wmaybe-uninitialized (as in vec_avx512.h).
 PAGODA_BF16_TARGET inline __m512i unpacklo32(__m512i a, __m512i b) {
@@ -366,15 +380,7 @@ PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
   if (_mm512_cmp_ps_mask(grown, old, _CMP_GT_OQ)) {
     const __m512 corr = vexp(_mm512_sub_ps(old, grown));
     _mm512_store_ps(st.l, _mm512_mul_ps(_mm512_load_ps(st.l), corr));
-    alignas(64) float c16[16];
-    _mm512_store_ps(c16, corr);
-    for (int i = 0; i < lanes.count; ++i) {
-      const __m512 ci = _mm512_set1_ps(c16[i]);
-      for (int d = 0; d < hd; d += 16) {
-        float* od = st.o + i * hd + d;
-        _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), ci));
-      }
-    }
+    rescale_lanes(lanes.count, corr, st.o, hd);
     _mm512_store_ps(st.m, grown);
   }
   // Weights, the denominator key by key, the weight pairs per query.
@@ -520,15 +526,7 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
           const __m512 corr = vexp(_mm512_sub_ps(old, mx));
           _mm512_store_ps(st.l + vi * 16, _mm512_mul_ps(_mm512_load_ps(st.l + vi * 16), corr));
           if (lanes.by_lane) {
-            alignas(64) float c16[16];
-            _mm512_store_ps(c16, corr);
-            for (int i = 0; i < lanes.count; ++i) {
-              const __m512 ci = _mm512_set1_ps(c16[i]);
-              for (int d = 0; d < hd; d += 16) {
-                float* od = st.o + i * hd + d;
-                _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), ci));
-              }
-            }
+            rescale_lanes(lanes.count, corr, st.o, hd);
           } else {
             for (int d = 0; d < hd; ++d) {
               float* od = st.o + d * kQ + vi * 16;
