@@ -58,8 +58,8 @@ bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
 // worker announces itself in `active_` and re-checks the generation before
 // reading the job (the caller closes the job, then waits for active_ == 0
 // before writing the next one), so a late worker never reads a half-written
-// job. Chunks are claimed with fetch_add on `next_`; the caller returns when
-// `done_` reaches the chunk count.
+// job. Chunks are claimed on `next_` (see claim); the caller returns when
+// `done_` (items done) reaches n.
 //
 // Workers start from generation 0, not from the value when their thread
 // first runs: a thread the OS starts late (after a whole job, or after the
@@ -81,10 +81,11 @@ class Pool {
     for (auto& w : workers_) w.join();
   }
 
-  void run(int64_t n, int64_t chunks, detail::ChunkFn fn, void* ctx) {
+  void run(int64_t n, int64_t chunks, int64_t min_chunk, detail::ChunkFn fn, void* ctx) {
     wait_inactive();
     n_ = n;
     chunks_ = chunks;
+    min_chunk_ = min_chunk;
     fn_ = fn;
     ctx_ = ctx;
     next_.store(0, std::memory_order_relaxed);
@@ -92,8 +93,8 @@ class Pool {
     const uint64_t open = gen_.load(std::memory_order_relaxed) + 1;
     gen_.store(open);  // seq_cst: publishes the job
     wake_all();
-    if (claim_and_run() < chunks) {
-      auto all_done = [&] { return done_.load(std::memory_order_acquire) >= chunks; };
+    if (claim_and_run() < n) {
+      auto all_done = [&] { return done_.load(std::memory_order_acquire) >= n; };
       if (!spin_until(all_done, kCallerSpin)) {
         while (!all_done()) std::this_thread::yield();
       }
@@ -103,18 +104,39 @@ class Pool {
   }
 
  private:
-  // Runs chunks until none are left; returns the number done in total once
-  // this thread found none left (a lower bound).
+  // Claims the next chunk into [b, e); false when none is left. Equal
+  // chunks are claimed by index (next_ counts chunks); tapered ones by
+  // position (next_ is where the next chunk begins), so their boundaries
+  // do not depend on which thread claims first.
+  bool claim(int64_t& b, int64_t& e) {
+    if (min_chunk_ == 0) {
+      const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+      if (c >= chunks_) return false;
+      b = n_ * c / chunks_;
+      e = n_ * (c + 1) / chunks_;
+      return true;
+    }
+    const auto share = static_cast<int64_t>(workers_.size() + 1);
+    b = next_.load(std::memory_order_relaxed);
+    do {
+      if (b >= n_) return false;
+      e = std::min(n_, b + std::max(min_chunk_, (n_ - b) / share));
+    } while (!next_.compare_exchange_weak(b, e, std::memory_order_relaxed));
+    return true;
+  }
+
+  // Runs chunks until none are left; returns the number of items done in
+  // total once this thread found none left (a lower bound).
   int64_t claim_and_run() {
-    int64_t c;
-    while ((c = next_.fetch_add(1, std::memory_order_relaxed)) < chunks_) {
+    int64_t b, e;
+    while (claim(b, e)) {
       try {
-        fn_(ctx_, n_ * c / chunks_, n_ * (c + 1) / chunks_);
+        fn_(ctx_, b, e);
       } catch (...) {  // the caller rethrows the first one once every chunk is done
         std::lock_guard lock(error_mutex_);
         if (!error_) error_ = std::current_exception();
       }
-      done_.fetch_add(1, std::memory_order_release);
+      done_.fetch_add(e - b, std::memory_order_release);
     }
     return done_.load(std::memory_order_acquire);
   }
@@ -152,7 +174,7 @@ class Pool {
   std::atomic<int> active_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> next_{0}, done_{0};
-  int64_t n_ = 0, chunks_ = 0;
+  int64_t n_ = 0, chunks_ = 0, min_chunk_ = 0;
   detail::ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
   std::mutex sleep_mutex_;
@@ -180,7 +202,7 @@ int num_threads() { return g_num_threads; }
 
 namespace detail {
 
-void run_parallel(int64_t n, int64_t chunks, ChunkFn fn, void* ctx) {
+void run_parallel(int64_t n, int64_t chunks, int64_t min_chunk, ChunkFn fn, void* ctx) {
   std::unique_lock lock(g_pool_mutex, std::try_to_lock);
   if (!lock.owns_lock() || t_in_job) {  // nested or concurrent: run here
     fn(ctx, 0, n);
@@ -191,7 +213,7 @@ void run_parallel(int64_t n, int64_t chunks, ChunkFn fn, void* ctx) {
     InJob() { t_in_job = true; }
     ~InJob() { t_in_job = false; }
   } in_job;
-  g_pool->run(n, chunks, fn, ctx);
+  g_pool->run(n, chunks, min_chunk, fn, ctx);
 }
 
 }  // namespace detail

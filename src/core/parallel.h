@@ -17,8 +17,10 @@ int num_threads();
 
 namespace detail {
 using ChunkFn = void (*)(void* ctx, int64_t begin, int64_t end);
-// Runs fn on `chunks` disjoint chunks covering [0, n) on the pool's threads.
-void run_parallel(int64_t n, int64_t chunks, ChunkFn fn, void* ctx);
+// Runs fn on disjoint chunks covering [0, n) on the pool's threads: `chunks`
+// equal ones, or (min_chunk > 0) tapered ones, each claim taking a
+// 1/threads share of what is left but at least min_chunk.
+void run_parallel(int64_t n, int64_t chunks, int64_t min_chunk, ChunkFn fn, void* ctx);
 }  // namespace detail
 
 // Calls fn(begin, end) on disjoint chunks covering [0, n), in parallel
@@ -40,7 +42,29 @@ void parallel_for(int64_t n, int64_t min_per_thread, Fn&& fn) {
   if (chunks > 4 * threads) chunks = 4 * threads;
   using F = std::remove_reference_t<Fn>;
   detail::run_parallel(
-      n, chunks, [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
+      n, chunks, 0, [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
+}
+
+// parallel_for for a stream whose threads may run at different speeds (a
+// decode linear: each thread's share of the memory bandwidth varies):
+// chunks shrink toward the end (OpenMP's guided schedule: each claim a
+// 1/threads share of what is left, down to min_chunk), so the threads
+// finish within one small chunk of each other instead of one of
+// n / (4 x threads), with about as few chunks. Runs in parallel when
+// n >= min_per_thread * 2, like parallel_for.
+template <typename Fn>
+void parallel_for_tapered(int64_t n, int64_t min_per_thread, int64_t min_chunk, Fn&& fn) {
+  const int64_t threads = num_threads();
+  if (min_per_thread < 1) min_per_thread = 1;
+  if (threads <= 1 || n < 2 * min_per_thread) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+  using F = std::remove_reference_t<Fn>;
+  detail::run_parallel(
+      n, 0, min_chunk < 1 ? 1 : min_chunk,
+      [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
       const_cast<void*>(static_cast<const void*>(&fn)));
 }
 

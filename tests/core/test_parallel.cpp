@@ -3,8 +3,11 @@
 // its workers sleep never hangs (a worker thread that started late once waited forever).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <utility>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -32,6 +35,49 @@ TEST(Parallel, CoversEveryIndexOnce) {
         ASSERT_EQ(hits[i].load(), 1) << n << " " << min_per << " " << i;
     }
   }
+}
+
+TEST(Parallel, TaperedCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3}) {
+    ScopedThreads scoped(threads);
+    for (int64_t n : {0, 1, 7, 100, 1001}) {
+      for (int64_t min_chunk : {1, 3, 64}) {
+        std::vector<std::atomic<int>> hits(n);
+        parallel_for_tapered(n, 2, min_chunk, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << min_chunk << " " << i;
+      }
+    }
+  }
+}
+
+// The guided schedule: in order of position, each chunk is a 1/threads
+// share of what was left (so never larger than the one before), the
+// smallest are min_chunk long, and the boundaries do not depend on which
+// thread claimed what.
+TEST(Parallel, TaperedChunksShrinkToMinChunk) {
+  ScopedThreads threads(2);
+  const int64_t n = 1000, min_chunk = 4;
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  parallel_for_tapered(n, 1, min_chunk, [&](int64_t b, int64_t e) {
+    std::lock_guard lock(mutex);
+    chunks.emplace_back(b, e);
+  });
+  std::sort(chunks.begin(), chunks.end());
+  ASSERT_GE(chunks.size(), 3u);
+  int64_t at = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const auto [b, e] = chunks[i];
+    ASSERT_EQ(b, at) << i;
+    EXPECT_EQ(e - b, std::min(n - b, std::max(min_chunk, (n - b) / 2))) << i;
+    at = e;
+  }
+  EXPECT_EQ(at, n);
+  EXPECT_EQ(chunks.front().second, n / 2);
+  EXPECT_EQ(chunks.back().second - chunks.back().first, min_chunk);
 }
 
 TEST(Parallel, UsesMoreThanOneThread) {

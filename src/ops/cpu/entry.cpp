@@ -89,9 +89,10 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   const int64_t units = unit_begin[count];
   if (units == 0) return;
   // Split output columns: each thread streams its own slice of the weights
-  // once. A unit is worth a thread when it carries ~64K multiply-adds.
+  // once. A unit is worth a thread when it carries ~64K multiply-adds;
+  // chunks taper down to one unit so the threads end together.
   const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kColumnUnit * k * m));
-  parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
+  parallel_for_tapered(units, min_units, 1, [&](int64_t u0, int64_t u1) {
     for (int i = 0; i < count; ++i) {
       const int64_t lo = std::max(u0, unit_begin[i]), hi = std::min(u1, unit_begin[i + 1]);
       if (lo >= hi) continue;

@@ -51,7 +51,7 @@ void linear_i8_quantized(const int8_t* qx, const float* x_scales, int64_t m, con
   const int64_t units = (w.rows + unit - 1) / unit;
   // A unit is worth a thread when it carries ~64K multiply-adds.
   const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, unit * w.cols * m));
-  parallel_for(units, min_units, [&](int64_t u0, int64_t u1) {
+  parallel_for_tapered(units, min_units, 1, [&](int64_t u0, int64_t u1) {
     cpu::linear_i8_units({qx, x_scales}, m, w, bias, y, ldy, u0, u1);
   });
 }
