@@ -23,6 +23,27 @@ using ChunkFn = void (*)(void* ctx, int64_t begin, int64_t end);
 void run_parallel(int64_t n, int64_t chunks, int64_t min_chunk, ChunkFn fn, void* ctx);
 }  // namespace detail
 
+namespace detail {
+// parallel_for and parallel_for_tapered: serial below 2 x min_per_thread
+// items (or on one thread), else equal chunks (min_chunk 0) or tapered ones.
+template <typename Fn>
+void parallel_chunks(int64_t n, int64_t min_per_thread, int64_t min_chunk, Fn&& fn) {
+  const int64_t threads = num_threads();
+  if (min_per_thread < 1) min_per_thread = 1;
+  if (threads <= 1 || n < 2 * min_per_thread) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+  // A few chunks per thread balance the load when a thread is late.
+  int64_t chunks = min_chunk > 0 ? 0 : n / min_per_thread;
+  if (chunks > 4 * threads) chunks = 4 * threads;
+  using F = std::remove_reference_t<Fn>;
+  run_parallel(
+      n, chunks, min_chunk, [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
+}
+}  // namespace detail
+
 // Calls fn(begin, end) on disjoint chunks covering [0, n), in parallel
 // when n is large enough to be worth it (n >= min_per_thread * 2). Chunks
 // are at least min_per_thread long (except that the last may be shorter
@@ -31,19 +52,7 @@ void run_parallel(int64_t n, int64_t chunks, int64_t min_chunk, ChunkFn fn, void
 // serially on the calling thread.
 template <typename Fn>
 void parallel_for(int64_t n, int64_t min_per_thread, Fn&& fn) {
-  const int64_t threads = num_threads();
-  if (min_per_thread < 1) min_per_thread = 1;
-  if (threads <= 1 || n < 2 * min_per_thread) {
-    if (n > 0) fn(int64_t{0}, n);
-    return;
-  }
-  // A few chunks per thread balance the load when a thread is late.
-  int64_t chunks = n / min_per_thread;
-  if (chunks > 4 * threads) chunks = 4 * threads;
-  using F = std::remove_reference_t<Fn>;
-  detail::run_parallel(
-      n, chunks, 0, [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
-      const_cast<void*>(static_cast<const void*>(&fn)));
+  detail::parallel_chunks(n, min_per_thread, 0, fn);
 }
 
 // parallel_for for a stream whose threads may run at different speeds (a
@@ -55,17 +64,7 @@ void parallel_for(int64_t n, int64_t min_per_thread, Fn&& fn) {
 // n >= min_per_thread * 2, like parallel_for.
 template <typename Fn>
 void parallel_for_tapered(int64_t n, int64_t min_per_thread, int64_t min_chunk, Fn&& fn) {
-  const int64_t threads = num_threads();
-  if (min_per_thread < 1) min_per_thread = 1;
-  if (threads <= 1 || n < 2 * min_per_thread) {
-    if (n > 0) fn(int64_t{0}, n);
-    return;
-  }
-  using F = std::remove_reference_t<Fn>;
-  detail::run_parallel(
-      n, 0, min_chunk < 1 ? 1 : min_chunk,
-      [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
-      const_cast<void*>(static_cast<const void*>(&fn)));
+  detail::parallel_chunks(n, min_per_thread, min_chunk < 1 ? 1 : min_chunk, fn);
 }
 
 }  // namespace pagoda

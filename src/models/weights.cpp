@@ -139,9 +139,8 @@ WeightStore::OwnedBuffer& WeightStore::own_huge(size_t bytes) {
 
 void* WeightStore::own_streamed(size_t bytes) {
   // Slabs of 64 MiB (a few layers of a small model; a larger matrix gets a
-  // slab of its own size). The unused end of a slab
-  // left for a bigger matrix costs address space only: pages are allocated
-  // when touched.
+  // slab of its own size). The unused end of a slab left for a bigger
+  // matrix costs address space only: pages are allocated when touched.
   constexpr size_t kSlabBytes = size_t{64} << 20;
   const size_t offset = slab_ ? (slab_->size + 63) / 64 * 64 : 0;
   if (!slab_ || offset + bytes > slab_->huge.size()) {

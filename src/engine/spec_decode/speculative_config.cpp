@@ -70,7 +70,8 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
   }
   if (!j.contains("num_speculative_tokens"))
     throw_input_error("--speculative-config: \"num_speculative_tokens\" is required");
-  c.num_speculative_tokens = int_key(j, "num_speculative_tokens", 1, SpeculativeConfig::kMaxSpeculativeTokens);
+  c.num_speculative_tokens =
+      int_key(j, "num_speculative_tokens", 1, SpeculativeConfig::kMaxSpeculativeTokens);
   const bool has_min = j.contains("prompt_lookup_min"), has_max = j.contains("prompt_lookup_max");
   if (has_min) c.prompt_lookup_min = int_key(j, "prompt_lookup_min", 1, 1024);
   if (has_max) c.prompt_lookup_max = int_key(j, "prompt_lookup_max", 1, 1024);

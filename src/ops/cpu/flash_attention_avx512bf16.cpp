@@ -303,12 +303,11 @@ PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t
 
 // The tile's query lanes: lane i = row i / heads, q head i % heads.
 struct Lanes {
-  int count;                              // rows * heads
-  int nv;                                 // query vectors, ceil(count / 16)
-  bool by_lane;                           // output as [kQ][hd] (value_lane)
-  bool by_keys;                           // scores with keys across the lanes (attend_by_keys)
-  __m512i first[kQ / 16], last[kQ / 16];  // visible keys per lane
-  int32_t first_key[kQ], last_key[kQ];    // the same per query
+  int count;     // rows * heads
+  int nv;        // query vectors, ceil(count / 16)
+  bool by_lane;  // output as [kQ][hd] (value_lane)
+  bool by_keys;  // scores with keys across the lanes (attend_by_keys)
+  alignas(64) int32_t first_key[kQ], last_key[kQ];  // visible keys per lane
 };
 
 // Loads every line of keys [lo, hi]'s K and V rows of the tile's kv heads,
@@ -508,13 +507,15 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
       // Online softmax per lane; keys a lane does not see get weight 0.
       const bool masked = lo < all_first || hi > all_last || count != padded;
       for (int vi = 0; vi < NV; ++vi) {
+        const __m512i first = _mm512_load_si512(lanes.first_key + vi * 16);
+        const __m512i last = _mm512_load_si512(lanes.last_key + vi * 16);
         __mmask16 vis[kKeys];
         __m512 mx = _mm512_load_ps(st.m + vi * 16);
         const __m512 old = mx;
         for (int j = 0; j < padded; ++j) {
           const __m512i key = _mm512_set1_epi32(static_cast<int32_t>(lo + j));
-          vis[j] = masked ? static_cast<__mmask16>(_mm512_cmple_epi32_mask(lanes.first[vi], key) &
-                                                   _mm512_cmple_epi32_mask(key, lanes.last[vi]) &
+          vis[j] = masked ? static_cast<__mmask16>(_mm512_cmple_epi32_mask(first, key) &
+                                                   _mm512_cmple_epi32_mask(key, last) &
                                                    (j < count ? 0xffff : 0))
                           : static_cast<__mmask16>(0xffff);
           mx = _mm512_mask_max_ps(mx, vis[j], mx, _mm512_load_ps(st.s + j * kQ + vi * 16));
@@ -643,19 +644,13 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
   // Few queries (decode rows): head_dim across the lanes for P . V.
   lanes.by_lane = lanes.count <= kFewQueries;
   lanes.by_keys = lanes.by_lane && a.last_key + a.rows - first_key_of(a) <= kFlashByKeysMaxKeys;
-  alignas(64) int32_t first[kQ], last[kQ];
   for (int i = 0; i < kQ; ++i) {
     const int r = i < lanes.count ? i / a.heads : 0;
     const int64_t l = a.last_key + r;
     const int64_t f = first_visible_key(l, a.sliding_window);
     // Padding lanes see nothing (first > last): their outputs are never read.
-    first[i] = i < lanes.count ? static_cast<int32_t>(f) : 1;
-    last[i] = i < lanes.count ? static_cast<int32_t>(l) : 0;
-  }
-  for (int i = 0; i < kQ; ++i) lanes.first_key[i] = first[i], lanes.last_key[i] = last[i];
-  for (int v = 0; v < kQ / 16; ++v) {
-    lanes.first[v] = _mm512_load_si512(first + v * 16);
-    lanes.last[v] = _mm512_load_si512(last + v * 16);
+    lanes.first_key[i] = i < lanes.count ? static_cast<int32_t>(f) : 1;
+    lanes.last_key[i] = i < lanes.count ? static_cast<int32_t>(l) : 0;
   }
   // kv head j of the tile: its q heads after kv head j - 1's, its K/V rows
   // block_size x head_dim elements on, its own scratch.
