@@ -6,13 +6,16 @@
 # `pagoda bench latency --json` run of the same shape just before, with its
 # own roofline probes (bench/serve_bench.mjs --bound).
 #
-#   bench/serve_ratio.sh MODEL_DIR [runs=1] [port=18123] [pagoda binary]
+#   bench/serve_ratio.sh MODEL_DIR [runs=1] [port=18123] [pagoda binary] [serve flags...]
 # e.g. bench/serve_ratio.sh /tmp/qwen3-0.6b-random (tools/make_random_checkpoint.py)
+# Flags after the binary go to `pagoda serve` only (e.g. --max-num-batched-tokens 256 to
+# A/B a scheduling setting against the same bound).
 set -euo pipefail
-model=${1:?usage: bench/serve_ratio.sh MODEL_DIR [runs] [port] [pagoda binary]}
+model=${1:?usage: bench/serve_ratio.sh MODEL_DIR [runs] [port] [pagoda binary] [serve flags...]}
 runs=${2:-1}
 port=${3:-18123}
 pagoda=${4:-./build/pagoda}
+serve_flags=("${@:5}")
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 server=""
@@ -22,7 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 "$pagoda" serve --model "$model" --port "$port" --max-model-len 1024 --kv-cache-memory 400000000 \
-  >"$tmp/server.log" 2>&1 &
+  "${serve_flags[@]}" >"$tmp/server.log" 2>&1 &
 server=$!
 for _ in $(seq 1 300); do
   curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && break
