@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "ops/cpu/kernels.h"  // kFlashByKeysMaxKeys
 #include "ops/ops.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -530,15 +529,14 @@ TEST_P(PagedAttention, ChunksAndCachedPrefixesGiveTheRowsOfOneChunk) {
   }
 }
 
-TEST_P(PagedAttention, DecodeRowsOnBothSidesOfTheByKeysLengthEqualTheirPromptRows) {
-  // Decode rows (one-row chunks) over contexts a little shorter and longer
-  // than kFlashByKeysMaxKeys take the two decode paths of the flash kernel
-  // (keys across the lanes, and queries across the lanes with software
-  // prefetch); each must equal, bit for bit, the same row computed in one
-  // prompt-sized chunk (queries across the lanes). With a sliding window
+TEST_P(PagedAttention, DecodeRowsOfShortAndLongContextsEqualTheirPromptRows) {
+  // Decode rows (one-row chunks) take the flash kernel's decode path (keys
+  // across the lanes, each key block asked for during the arithmetic of the
+  // one before) over any context length; each must equal, bit for bit, the
+  // same row computed in one prompt-sized chunk (queries across the lanes),
+  // from one key to a context of many key blocks. With a sliding window
   // every row is short. The f32 path is held to the same rule.
-  constexpr int kMax = cpu::kFlashByKeysMaxKeys;
-  const int len = kMax + 40;
+  constexpr int len = 424;
   std::mt19937 rng(43);
   for (DType kv : kKvDtypes) {
     for (const Case& base : {Case{16, 8, 128, 16, 0}, Case{8, 2, 64, 16, 0},
@@ -549,9 +547,7 @@ TEST_P(PagedAttention, DecodeRowsOnBothSidesOfTheByKeysLengthEqualTheirPromptRow
       const int64_t width = int64_t{c.q_heads} * c.head_dim;
       std::vector<float> whole(len * width, NAN), alone(len * width, NAN);
       run_rows(st, c, 0, len, whole);
-      // Rows kMax - 3 .. kMax + 2 see kMax - 2 .. kMax + 3 keys; the last
-      // rows kMax + 40.
-      for (int r : {kMax - 3, kMax - 2, kMax - 1, kMax, kMax + 1, kMax + 2, len - 1}) {
+      for (int r : {0, 1, 30, 31, 32, 33, 63, 64, 381, 382, 383, 384, 385, 386, len - 1}) {
         run_rows(st, c, r, r + 1, alone);
         ASSERT_EQ(rows_of(alone, r, r + 1, width), rows_of(whole, r, r + 1, width))
             << "row " << r << " (" << r + 1 << " keys)";

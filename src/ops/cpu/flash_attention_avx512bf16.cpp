@@ -14,13 +14,12 @@
 // The softmax stays f32 (online, flash-attention style: running max and
 // denominator per query lane, the output rescaled when the max grows).
 //
-// Decode tiles over short contexts (few queries, at most
-// kFlashByKeysMaxKeys keys) turn the score product around: keys across the
-// lanes, K's rows transposed in registers, q pairs broadcast, so a dp
-// serves 16 keys rather than the 2 queries of a GQA group. Their P . V has
-// head_dim across the lanes (value_lane), as every tile of few queries.
-// Each (query, key) still runs the same dot-product chain and f32 softmax
-// steps in the same order, so the bits do not change.
+// Decode tiles (few queries) turn the score product around: keys across
+// the lanes, K's rows transposed in registers, q pairs broadcast, so a dp
+// serves 16 keys rather than the 2 queries of a GQA group; their P . V has
+// head_dim across the lanes (value_lane). Each (query, key) still runs the
+// same dot-product chain and f32 softmax steps in the same order, so the
+// bits do not change.
 //
 // Every step is lane-wise: a query's output depends only on its own q and
 // its keys, never on the other queries of its tile, the tile's shape or the
@@ -34,6 +33,7 @@
 // step's row count, which scheduling and prefix-cache hits change.
 #include <immintrin.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -259,18 +259,70 @@ PAGODA_BF16_TARGET inline void transpose16(__m512i r[16]) {
   }
 }
 
+// The K and V rows of keys [lo, hi] of one kv head (kv head h of tile a:
+// its rows h * block_size * head_dim elements after the tile's), handed out
+// as prefetches into L2 a few lines at a time while a decode tile computes
+// the block before them: K's rows, then V's, cache block by cache block, in
+// address order. So the next block's reads overlap this block's arithmetic
+// rather than following it (bench/batched_decode.md, session 20: a decode
+// step's attention ~15-40% faster on Zen 4 than reading each block first).
+class NextRows {
+ public:
+  NextRows() = default;  // nothing to ask for
+  NextRows(const cpu::AttentionTile& a, int h, int64_t lo, int64_t hi)
+      : a_(lo <= hi ? &a : nullptr), h_(h), lo_(lo), hi_(hi), t_(lo) {
+    if (a_ != nullptr) start_run();
+  }
+  PAGODA_BF16_TARGET void step(int lines) {
+    for (; lines > 0 && a_ != nullptr; --lines) {
+      _mm_prefetch(run_ + off_, _MM_HINT_T1);
+      if ((off_ += 64) >= bytes_) next_run();
+    }
+  }
+
+ private:
+  // The run from key t_ to the end of its cache block (or hi_).
+  void start_run() {
+    const int64_t bs = a_->block_size, hd = a_->head_dim;
+    const int64_t end = (t_ / bs + 1) * bs - 1 < hi_ ? (t_ / bs + 1) * bs - 1 : hi_;
+    const auto* base = static_cast<const uint16_t*>(kv_ ? a_->v_head : a_->k_head);
+    run_ = reinterpret_cast<const char*>(
+        base + int64_t{a_->block_table[t_ / bs]} * a_->block_stride + (h_ * bs + t_ % bs) * hd);
+    bytes_ = (end - t_ + 1) * hd * 2;
+    off_ = 0;
+    t_ = end + 1;
+  }
+  void next_run() {
+    if (t_ > hi_) {
+      if (kv_ == 1) {
+        a_ = nullptr;
+        return;
+      }
+      kv_ = 1, t_ = lo_;
+    }
+    start_run();
+  }
+  const cpu::AttentionTile* a_ = nullptr;
+  int64_t h_ = 0, lo_ = 0, hi_ = -1, t_ = 0;
+  int kv_ = 0;  // 0: K rows, 1: V rows
+  const char* run_ = nullptr;
+  int64_t bytes_ = 0, off_ = 0;
+};
+
 // Scores of 16 keys k[0, 16) for C queries (C a power of two; lanes past
 // the tile's count have zero q pairs), keys across the lanes: s[i] lane j
 // = scale x the dp chain over head_dim pairs, in order, of q_i . k_j: the
 // chain score_rows runs for (key j, lane i) with its operands swapped, and
 // vdpbf16ps multiplies exactly, so the bits are the same.
+// Asks for 16 lines of `next` per 16 pairs.
 template <int C>
 PAGODA_BF16_TARGET inline void score_keys(const uint32_t* qp, const uint16_t* const* k, int pairs,
-                                          float scale, __m512* s) {
+                                          float scale, __m512* s, NextRows& next) {
   __m512 acc[C];
 #pragma GCC unroll 8
   for (int i = 0; i < C; ++i) acc[i] = _mm512_setzero_ps();
   for (int p0 = 0; p0 < pairs; p0 += 16) {
+    next.step(16);
     __m512i r[16];
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(k[j] + 2 * p0);
@@ -305,20 +357,18 @@ PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t
 struct Lanes {
   int count;     // rows * heads
   int nv;        // query vectors, ceil(count / 16)
-  bool by_lane;  // output as [kQ][hd] (value_lane)
-  bool by_keys;  // scores with keys across the lanes (attend_by_keys)
+  bool by_lane;  // a decode tile: attend_by_keys, output as [kQ][hd] (value_lane)
   alignas(64) int32_t first_key[kQ], last_key[kQ];  // visible keys per lane
 };
 
 // Loads every line of keys [lo, hi]'s K and V rows of the tile's kv heads,
 // cache block by cache block, K then V, each head's rows after the
-// previous head's: the order they lie in memory. A key block of a short
-// decode tile is read this way before its arithmetic: plain loads in
-// address order keep many misses in flight and let the hardware
-// prefetchers run, where the scattered reads of the arithmetic (and
-// software prefetches, which top out near 13 GB/s a core here) leave
-// attention at half the read bandwidth (bench/batched_decode.md, session
-// 19).
+// previous head's: the order they lie in memory. A decode tile's first key
+// block is read this way before its arithmetic: plain loads in address
+// order keep many misses in flight and let the hardware prefetchers run,
+// where the scattered reads of the arithmetic leave attention at half the
+// read bandwidth (bench/batched_decode.md, session 19). Its later blocks
+// (and the first of the thread's next tile) come from NextRows meanwhile.
 PAGODA_BF16_TARGET void load_key_block(const cpu::AttentionTile* tiles, int kv_heads, int64_t lo,
                                        int64_t hi) {
   const cpu::AttentionTile& a = tiles[0];
@@ -348,14 +398,17 @@ PAGODA_BF16_TARGET void load_key_block(const cpu::AttentionTile* tiles, int kv_h
 // (score_keys), the max over the visible keys (exact in any order), the
 // rescale by exp(old max - new max), exp(s - max), the denominator summed
 // key by key in key order, the weights rounded to bf16 pairs (2i, 2i + 1),
-// and P . V (value_lanes).
+// and P . V (value_lanes). Meanwhile it asks for the lines of `next`,
+// spread over the scores and the interleaving of V (up to 256 lines, the 32
+// keys' K and V rows of head_dim 128), the rest before P . V.
 template <int C>
 PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
                                        const uint16_t* const* k, const uint16_t* const* v,
-                                       int64_t lo, int count, int padded, int hd, float scale) {
+                                       int64_t lo, int count, int padded, int hd, float scale,
+                                       NextRows& next) {
   const int chunks = (padded + 15) / 16;  // 1 or 2 vectors of 16 keys
   __m512 s[2][C];
-  for (int c = 0; c < chunks; ++c) score_keys<C>(st.qp, k + 16 * c, hd / 2, scale, s[c]);
+  for (int c = 0; c < chunks; ++c) score_keys<C>(st.qp, k + 16 * c, hd / 2, scale, s[c], next);
   // Visible keys per query, and its new running max.
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __mmask16 vis[2][C];
@@ -403,9 +456,11 @@ PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
   // V interleaved by key pairs, then O[i] += P . V.
   const int np = padded / 2;
   for (int p = 0; p < np; ++p) {
+    next.step(8);
     for (int d = 0; d < hd; d += 32)
       interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
   }
+  next.step(INT_MAX);
   value_lanes(lanes.count, st.pp, kPairs, 1, st.vp, hd, np, st.o);
 }
 
@@ -437,7 +492,24 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
     const int64_t hi = t0 + kKeys - 1 < last_tile_key ? t0 + kKeys - 1 : last_tile_key;
     const int count = static_cast<int>(hi - lo + 1);  // keys [lo, hi] of the block
     const int padded = (count + 1) / 2 * 2;
-    if (lanes.by_keys) load_key_block(tiles, kv_heads, lo, hi);
+    // A decode tile reads its first block before the arithmetic; each
+    // later block (this tile's next, or the first of the thread's next
+    // tile) is asked for during the arithmetic of the one before.
+    if (lanes.by_lane && t0 == first_key / kKeys * kKeys) load_key_block(tiles, kv_heads, lo, hi);
+    const cpu::AttentionTile* nt = t0 + kKeys > last_tile_key ? a.next : &a;
+    int64_t next_lo = 0, next_hi = -1;
+    if (nt == &a) {
+      next_lo = t0 + kKeys;
+      next_hi = t0 + 2 * kKeys - 1 < last_tile_key ? t0 + 2 * kKeys - 1 : last_tile_key;
+    } else if (nt != nullptr) {
+      // From the key the next tile visits first to the end of its grid
+      // block (its visible keys only: the blocks before a sliding window's
+      // may be released).
+      next_lo = first_key_of(*nt) & ~int64_t{1};
+      next_hi = nt->last_key + nt->rows - 1;
+      if (next_lo / kKeys * kKeys + kKeys - 1 < next_hi)
+        next_hi = next_lo / kKeys * kKeys + kKeys - 1;
+    }
     for (int h = 0; h < kv_heads; ++h) {
       const Scratch& st = scratches[h];
       const auto* kc = static_cast<const uint16_t*>(tiles[h].k_head);
@@ -452,16 +524,19 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
       }
       for (int j = padded; j < kKeys + 8; ++j) k[j] = k[padded - 1];
       if constexpr (NV == 1) {
-        if (lanes.by_keys) {
+        if (lanes.by_lane) {
+          // The next tile's kv head h, if it has one.
+          NextRows next;
+          if (nt != nullptr && h < nt->kv_heads) next = NextRows(*nt, h, next_lo, next_hi);
           // Queries padded to a power of two (zero q pairs, never read).
           if (lanes.count <= 1) {
-            attend_by_keys<1>(st, lanes, k, v, lo, count, padded, hd, a.scale);
+            attend_by_keys<1>(st, lanes, k, v, lo, count, padded, hd, a.scale, next);
           } else if (lanes.count <= 2) {
-            attend_by_keys<2>(st, lanes, k, v, lo, count, padded, hd, a.scale);
+            attend_by_keys<2>(st, lanes, k, v, lo, count, padded, hd, a.scale, next);
           } else if (lanes.count <= 4) {
-            attend_by_keys<4>(st, lanes, k, v, lo, count, padded, hd, a.scale);
+            attend_by_keys<4>(st, lanes, k, v, lo, count, padded, hd, a.scale, next);
           } else {
-            attend_by_keys<8>(st, lanes, k, v, lo, count, padded, hd, a.scale);
+            attend_by_keys<8>(st, lanes, k, v, lo, count, padded, hd, a.scale, next);
           }
           continue;
         }
@@ -471,25 +546,11 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
       // blocks lie anywhere in the pool, beyond the hardware prefetcher's
       // reach, and a long context's K/V do not stay in L2 between tiles.
       // At the tile's last block: the first block of the tile the thread
-      // runs next (a decode tile has only a few blocks; each would start on
-      // cold misses).
-      const bool to_next_tile = t0 + kKeys > last_tile_key;
-      const cpu::AttentionTile* pt = to_next_tile ? a.next : &a;
-      int64_t next = t0 + kKeys, next_end = last_tile_key;
-      const uint16_t *pkc = kc, *pvc = vc;
-      if (to_next_tile && pt != nullptr) {
-        // From the key the next tile visits first, up to the end of its
-        // grid block (its visible keys only: the blocks before a sliding
-        // window's may be released).
-        next = first_key_of(*pt) & ~int64_t{1};
-        next_end = pt->last_key + pt->rows - 1;
-        if (next / kKeys * kKeys + kKeys - 1 < next_end)
-          next_end = next / kKeys * kKeys + kKeys - 1;
-        const int64_t head = h < pt->kv_heads ? int64_t{h} * pt->block_size * hd : 0;
-        pkc = static_cast<const uint16_t*>(pt->k_head) + head;
-        pvc = static_cast<const uint16_t*>(pt->v_head) + head;
-      }
-      if (next + kKeys - 1 < next_end) next_end = next + kKeys - 1;
+      // runs next (next_lo, next_hi above; a prompt tile has one kv head).
+      const cpu::AttentionTile* pt = nt;
+      const int64_t next = next_lo, next_end = next_hi;
+      const uint16_t* pkc = pt != nullptr ? static_cast<const uint16_t*>(pt->k_head) : nullptr;
+      const uint16_t* pvc = pt != nullptr ? static_cast<const uint16_t*>(pt->v_head) : nullptr;
       // Spread over the score calls however few keys this block has.
       const int per_call = (kKeys + (padded + 3) / 4 - 1) / ((padded + 3) / 4);
       for (int j = 0; j < padded; j += 4) {
@@ -526,13 +587,9 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
         if (grew) {
           const __m512 corr = vexp(_mm512_sub_ps(old, mx));
           _mm512_store_ps(st.l + vi * 16, _mm512_mul_ps(_mm512_load_ps(st.l + vi * 16), corr));
-          if (lanes.by_lane) {
-            rescale_lanes(lanes.count, corr, st.o, hd);
-          } else {
-            for (int d = 0; d < hd; ++d) {
-              float* od = st.o + d * kQ + vi * 16;
-              _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), corr));
-            }
+          for (int d = 0; d < hd; ++d) {
+            float* od = st.o + d * kQ + vi * 16;
+            _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), corr));
           }
           _mm512_store_ps(st.m + vi * 16, mx);
         }
@@ -562,11 +619,7 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
         for (int d = 0; d < hd; d += 32)
           interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
       }
-      if (lanes.by_lane) {
-        value_lanes(lanes.count, st.pp, 1, kQ, st.vp, hd, np, st.o);
-      } else {
-        for (int d = 0; d < hd; d += 4) value_rows<NV, 4>(st.pp, st.vp, hd, np, st.o, d);
-      }
+      for (int d = 0; d < hd; d += 4) value_rows<NV, 4>(st.pp, st.vp, hd, np, st.o, d);
     }
   }
 }
@@ -641,9 +694,9 @@ PAGODA_BF16_TARGET void flash_attention(const AttentionTile& a, float* scratch) 
   Lanes lanes;
   lanes.count = a.rows * a.heads;
   lanes.nv = (lanes.count + 15) / 16;
-  // Few queries (decode rows): head_dim across the lanes for P . V.
+  // Few queries (decode rows): keys across the lanes for the scores,
+  // head_dim across the lanes for P . V.
   lanes.by_lane = lanes.count <= kFewQueries;
-  lanes.by_keys = lanes.by_lane && a.last_key + a.rows - first_key_of(a) <= kFlashByKeysMaxKeys;
   for (int i = 0; i < kQ; ++i) {
     const int r = i < lanes.count ? i / a.heads : 0;
     const int64_t l = a.last_key + r;

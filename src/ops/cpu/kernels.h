@@ -74,13 +74,6 @@ constexpr int kFlashQueries = 64;
 constexpr int kFlashKeys = 32;
 constexpr int kFlashFewQueries = 8;
 constexpr int kMaxFlashKvHeads = 8;
-// Tiles of few queries over at most this many keys compute their scores
-// with keys across the lanes, reading each key block in address order
-// first (flash_attention_avx512bf16.cpp); longer ones keep the queries
-// across the lanes and software prefetch, which overlaps a long tile's
-// reads with its arithmetic better (bench/batched_decode.md, session 19).
-// The bits are the same either way.
-constexpr int kFlashByKeysMaxKeys = 384;
 // Floats of scratch a flash tile of head_dim hd needs per kv head: q pairs,
 // the transposed output, a block's scores and weight pairs, its V pairs,
 // the running max and denominator, and 16 floats to align it to 64 bytes.
