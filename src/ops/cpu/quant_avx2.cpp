@@ -244,12 +244,9 @@ inline void panel_dots(const int8_t* x, int64_t k, const int8_t* panel, int v0,
   }
   const int8_t* b = panel + 32 * v0;
   for (int64_t i = 0; i < k; i += 4, b += kQuadStride) {
-    if constexpr (R == 1) {
-      // Decode streams the panel: all 4 lines, 8 KiB ahead (4 KiB left the
-      // decode ~1-5 points lower against the read probe: bench/every_cpu.md).
-#pragma GCC unroll 4
-      for (int l = 0; l < 4; ++l) __builtin_prefetch(b + 32 * kQuadStride + 64 * l, 0, 1);
-    }
+    // No software prefetch for decode's lone row (as quant_avx512.cpp's
+    // panels): on Zen 4 the lines asked for 8 KiB ahead left the decode
+    // lower against the read probe (bench/every_cpu.md, session 20).
     typename Dot::Weights w[V];
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) Dot::weights(b + 32 * v, w[v]);

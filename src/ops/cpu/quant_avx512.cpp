@@ -129,14 +129,11 @@ PAGODA_QTARGET inline void panel_dots(const int8_t* x, int64_t k, const int8_t* 
     __m512i w[kPanelVectors];
 #pragma GCC unroll 4
     for (int v = 0; v < kPanelVectors; ++v) w[v] = _mm512_loadu_si512(b + 64 * v);
-    if constexpr (R == 1) {
-      // Decode streams the panel: all 4 lines, 8 KiB ahead, into L2 (4 KiB
-      // left the decode ~2-7 points lower against the read probe:
-      // bench/every_cpu.md).
-#pragma GCC unroll 4
-      for (int v = 0; v < kPanelVectors; ++v)
-        __builtin_prefetch(b + 32 * 4 * kPanelCols + 64 * v, 0, 1);
-    }
+    // No software prefetch for decode's lone row: the hardware prefetchers
+    // stream a panel alone. On Zen 4 asking for the lines 8 KiB ahead cost
+    // 2-15 points against the read probe (micro-bench and engine A/B,
+    // bench/every_cpu.md session 20); on Zen 5 every distance and hint,
+    // none included, was within 2% (session 18).
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       uint32_t quad;
