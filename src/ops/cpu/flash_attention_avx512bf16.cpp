@@ -547,17 +547,15 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
       // reach, and a long context's K/V do not stay in L2 between tiles.
       // At the tile's last block: the first block of the tile the thread
       // runs next (next_lo, next_hi above; a prompt tile has one kv head).
-      const cpu::AttentionTile* pt = nt;
-      const int64_t next = next_lo, next_end = next_hi;
-      const uint16_t* pkc = pt != nullptr ? static_cast<const uint16_t*>(pt->k_head) : nullptr;
-      const uint16_t* pvc = pt != nullptr ? static_cast<const uint16_t*>(pt->v_head) : nullptr;
+      const uint16_t* pkc = nt != nullptr ? static_cast<const uint16_t*>(nt->k_head) : nullptr;
+      const uint16_t* pvc = nt != nullptr ? static_cast<const uint16_t*>(nt->v_head) : nullptr;
       // Spread over the score calls however few keys this block has.
       const int per_call = (kKeys + (padded + 3) / 4 - 1) / ((padded + 3) / 4);
       for (int j = 0; j < padded; j += 4) {
-        const int64_t from = next + j / 4 * per_call;
-        for (int64_t t = from; pt != nullptr && t <= next_end && t < from + per_call; ++t) {
-          const int64_t off = int64_t{pt->block_table[t / pt->block_size]} * pt->block_stride +
-                              (t % pt->block_size) * hd;
+        const int64_t from = next_lo + j / 4 * per_call;
+        for (int64_t t = from; nt != nullptr && t <= next_hi && t < from + per_call; ++t) {
+          const int64_t off = int64_t{nt->block_table[t / nt->block_size]} * nt->block_stride +
+                              (t % nt->block_size) * hd;
           for (int b = 0; b < hd * 2; b += 64) {
             _mm_prefetch(reinterpret_cast<const char*>(pkc + off) + b, _MM_HINT_T1);
             _mm_prefetch(reinterpret_cast<const char*>(pvc + off) + b, _MM_HINT_T1);
