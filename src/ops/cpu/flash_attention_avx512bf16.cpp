@@ -17,7 +17,7 @@
 // Decode tiles (few queries) turn the score product around: keys across
 // the lanes, K's rows transposed in registers, q pairs broadcast, so a dp
 // serves 16 keys rather than the 2 queries of a GQA group; their P . V has
-// head_dim across the lanes (value_lane). Each (query, key) still runs the
+// head_dim across the lanes (value_keys). Each (query, key) still runs the
 // same dot-product chain and f32 softmax steps in the same order, so the
 // bits do not change.
 //
@@ -57,7 +57,7 @@ constexpr int kPairs = kKeys / 2;
 // is exp(-1e30 - max) = 0 rather than exp(-inf + inf) = NaN.
 constexpr float kNoMax = -1e30f;
 // Tiles of at most this many queries accumulate P . V with head_dim across
-// the lanes (value_lane): fewer instructions than one lane per query while
+// the lanes (value_keys): fewer instructions than one lane per query while
 // count x head_dim / 16 < head_dim.
 constexpr int kFewQueries = cpu::kFlashFewQueries;
 
@@ -135,47 +135,6 @@ PAGODA_BF16_TARGET inline void value_rows(const uint32_t* pp, const uint32_t* vp
   for (int c = 0; c < DB; ++c) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) _mm512_store_ps(o + (d0 + c) * kQ + v * 16, acc[c][v]);
-  }
-}
-
-// The same sums with head_dim across the lanes, for tiles of few queries
-// (decode: a GQA group's heads of one row): O[i][d0, d0 + 16 DV) += P . V
-// for query i, whose weight pairs are pp_i[p * stride]. Each lane does what
-// value_rows does for (d, i) (one dp per key pair, pairs in order, the same
-// operands), so the bits are the same; only the instruction count falls
-// from hd to count x hd / 16 per pair.
-template <int DV>
-PAGODA_BF16_TARGET inline void value_lane(const uint32_t* pp_i, int stride, const uint32_t* vp,
-                                          int hd, int pairs, float* o_lane, int d0) {
-  __m512 acc[DV];
-#pragma GCC unroll 8
-  for (int c = 0; c < DV; ++c) acc[c] = _mm512_load_ps(o_lane + d0 + 16 * c);
-  for (int p = 0; p < pairs; ++p) {
-    const __m512i pb = _mm512_set1_epi32(static_cast<int32_t>(pp_i[p * stride]));
-#pragma GCC unroll 8
-    for (int c = 0; c < DV; ++c)
-      acc[c] = dot(acc[c], pb, _mm512_loadu_si512(vp + p * hd + d0 + 16 * c));
-  }
-#pragma GCC unroll 8
-  for (int c = 0; c < DV; ++c) _mm512_store_ps(o_lane + d0 + 16 * c, acc[c]);
-}
-
-// P . V for a tile of few queries: O[i] += P_i . V over the block's np key
-// pairs (V interleaved in vp), query i's weight pairs at pp + i * i_stride,
-// pair p of them p * p_stride further.
-PAGODA_BF16_TARGET inline void value_lanes(int count, const uint32_t* pp, int i_stride,
-                                           int p_stride, const uint32_t* vp, int hd, int np,
-                                           float* o) {
-  for (int i = 0; i < count; ++i) {
-    const uint32_t* pp_i = pp + i * i_stride;
-    for (int d = 0; d < hd; d += 128) {
-      if (hd - d >= 128) {
-        value_lane<8>(pp_i, p_stride, vp, hd, np, o + i * hd, d);
-      } else {
-        for (int dd = d; dd < hd; dd += 32)
-          value_lane<2>(pp_i, p_stride, vp, hd, np, o + i * hd, dd);
-      }
-    }
   }
 }
 
@@ -274,9 +233,12 @@ class NextRows {
     if (a_ != nullptr) start_run();
   }
   PAGODA_BF16_TARGET void step(int lines) {
-    for (; lines > 0 && a_ != nullptr; --lines) {
-      _mm_prefetch(run_ + off_, _MM_HINT_T1);
-      if ((off_ += 64) >= bytes_) next_run();
+    while (lines > 0 && a_ != nullptr) {
+      // The lines left in this run, then the next run.
+      const int64_t n = (bytes_ - off_ + 63) / 64 < lines ? (bytes_ - off_ + 63) / 64 : lines;
+      for (int64_t i = 0; i < n; ++i) _mm_prefetch(run_ + off_ + 64 * i, _MM_HINT_T1);
+      lines -= static_cast<int>(n);
+      if ((off_ += 64 * n) >= bytes_) next_run();
     }
   }
 
@@ -309,34 +271,47 @@ class NextRows {
   int64_t bytes_ = 0, off_ = 0;
 };
 
-// Scores of 16 keys k[0, 16) for C queries (C a power of two; lanes past
-// the tile's count have zero q pairs), keys across the lanes: s[i] lane j
-// = scale x the dp chain over head_dim pairs, in order, of q_i . k_j: the
-// chain score_rows runs for (key j, lane i) with its operands swapped, and
-// vdpbf16ps multiplies exactly, so the bits are the same.
-// Asks for 16 lines of `next` per 16 pairs.
-template <int C>
+// Scores of NC x 16 keys k[0, 16 NC) for C queries (C a power of two;
+// lanes past the tile's count have zero q pairs), keys across the lanes:
+// s[c][i] lane j = scale x the dp chain over head_dim pairs, in order, of
+// q_i . k_{16c + j}: the chain score_rows runs for (key 16c + j, lane i)
+// with its operands swapped, and vdpbf16ps multiplies exactly, so the bits
+// are the same. Asks for 16 NC lines of `next` per 16 pairs.
+template <int C, int NC>
 PAGODA_BF16_TARGET inline void score_keys(const uint32_t* qp, const uint16_t* const* k, int pairs,
-                                          float scale, __m512* s, NextRows& next) {
-  __m512 acc[C];
+                                          float scale, __m512 (*s)[C], NextRows& next) {
+  __m512 acc[NC][C];
+#pragma GCC unroll 2
+  for (int c = 0; c < NC; ++c) {
 #pragma GCC unroll 8
-  for (int i = 0; i < C; ++i) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < C; ++i) acc[c][i] = _mm512_setzero_ps();
+  }
   for (int p0 = 0; p0 < pairs; p0 += 16) {
-    next.step(16);
-    __m512i r[16];
+    next.step(16 * NC);
+    // The NC chunks' chains are independent: both in one loop keep twice
+    // the dp chains in flight (a chain waits out each dp's latency).
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c) {
+      __m512i r[16];
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(k[j] + 2 * p0);
-    transpose16(r);
+      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(k[16 * c + j] + 2 * p0);
+      transpose16(r);
 #pragma GCC unroll 16
-    for (int p = 0; p < 16; ++p) {
+      for (int p = 0; p < 16; ++p) {
 #pragma GCC unroll 8
-      for (int i = 0; i < C; ++i)
-        acc[i] = dot(acc[i], _mm512_set1_epi32(static_cast<int32_t>(qp[(p0 + p) * kQ + i])), r[p]);
+        for (int i = 0; i < C; ++i) {
+          const __m512i q = _mm512_set1_epi32(static_cast<int32_t>(qp[(p0 + p) * kQ + i]));
+          acc[c][i] = dot(acc[c][i], q, r[p]);
+        }
+      }
     }
   }
   const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 2
+  for (int c = 0; c < NC; ++c) {
 #pragma GCC unroll 8
-  for (int i = 0; i < C; ++i) s[i] = _mm512_mul_ps(acc[i], sc);
+    for (int i = 0; i < C; ++i) s[c][i] = _mm512_mul_ps(acc[c][i], sc);
+  }
 }
 
 // Rows j and j + 1 of 32 bf16 values each, interleaved: element 2i of the
@@ -353,11 +328,62 @@ PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t
   _mm512_storeu_si512(out + 16, _mm512_permutex2var_epi16(va, hi, vb));
 }
 
+// P . V with head_dim across the lanes, for tiles of few queries (decode: a
+// GQA group's heads of one row): O[i][d0, d0 + 16 DV) += P_i . V for the
+// queries i < count (of C), query i's weight pairs at pp + i * kPairs. V's
+// rows are interleaved by key pairs in registers as they are read (the
+// pairs value_rows reads from vp), and every lane runs value_rows's chain
+// for its (d, i): one dp per key pair, pairs in order, the same operands.
+// So the bits are the same; only the instruction count falls from hd to
+// count x hd / 16 per pair, and V is neither stored nor read back. Asks for
+// 8 lines of `next` per key pair.
+template <int C, int DV>
+PAGODA_BF16_TARGET inline void value_keys(int count, const uint32_t* pp, const uint16_t* const* v,
+                                          int np, float* o, int hd, int d0, NextRows& next) {
+  static_assert(DV % 2 == 0 && C * DV <= 16, "accumulators and the interleaved V fit 32 zmm");
+  alignas(64) static const uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                               37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                               11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i lo = _mm512_load_si512(kLo);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __m512 acc[C][DV];
+#pragma GCC unroll 8
+  for (int i = 0; i < C; ++i) {
+#pragma GCC unroll 8
+    for (int c = 0; c < DV; ++c)
+      acc[i][c] = i < count ? _mm512_load_ps(o + i * hd + d0 + 16 * c) : _mm512_setzero_ps();
+  }
+  for (int p = 0; p < np; ++p) {
+    next.step(8);
+    __m512i vi[DV];
+#pragma GCC unroll 4
+    for (int c = 0; c < DV; c += 2) {
+      const __m512i a = _mm512_loadu_si512(v[2 * p] + d0 + 16 * c);
+      const __m512i b = _mm512_loadu_si512(v[2 * p + 1] + d0 + 16 * c);
+      vi[c] = _mm512_permutex2var_epi16(a, lo, b);      // dims d0 + 16c + [0, 16)
+      vi[c + 1] = _mm512_permutex2var_epi16(a, hi, b);  // the next 16
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < C; ++i) {
+      if (i >= count) break;
+      const __m512i pb = _mm512_set1_epi32(static_cast<int32_t>(pp[i * kPairs + p]));
+#pragma GCC unroll 8
+      for (int c = 0; c < DV; ++c) acc[i][c] = dot(acc[i][c], pb, vi[c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < C; ++i) {
+    if (i >= count) break;
+#pragma GCC unroll 8
+    for (int c = 0; c < DV; ++c) _mm512_store_ps(o + i * hd + d0 + 16 * c, acc[i][c]);
+  }
+}
+
 // The tile's query lanes: lane i = row i / heads, q head i % heads.
 struct Lanes {
   int count;     // rows * heads
   int nv;        // query vectors, ceil(count / 16)
-  bool by_lane;  // a decode tile: attend_by_keys, output as [kQ][hd] (value_lane)
+  bool by_lane;  // a decode tile: attend_by_keys, output as [kQ][hd] (value_keys)
   alignas(64) int32_t first_key[kQ], last_key[kQ];  // visible keys per lane
 };
 
@@ -398,9 +424,9 @@ PAGODA_BF16_TARGET void load_key_block(const cpu::AttentionTile* tiles, int kv_h
 // (score_keys), the max over the visible keys (exact in any order), the
 // rescale by exp(old max - new max), exp(s - max), the denominator summed
 // key by key in key order, the weights rounded to bf16 pairs (2i, 2i + 1),
-// and P . V (value_lanes). Meanwhile it asks for the lines of `next`,
-// spread over the scores and the interleaving of V (up to 256 lines, the 32
-// keys' K and V rows of head_dim 128), the rest before P . V.
+// and P . V (value_keys). Meanwhile it asks for the lines of `next`,
+// spread over the scores and P . V (up to 256 lines, the 32 keys' K and V
+// rows of head_dim 128), the rest at the end.
 template <int C>
 PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
                                        const uint16_t* const* k, const uint16_t* const* v,
@@ -408,7 +434,11 @@ PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
                                        NextRows& next) {
   const int chunks = (padded + 15) / 16;  // 1 or 2 vectors of 16 keys
   __m512 s[2][C];
-  for (int c = 0; c < chunks; ++c) score_keys<C>(st.qp, k + 16 * c, hd / 2, scale, s[c], next);
+  if (chunks == 2) {
+    score_keys<C, 2>(st.qp, k, hd / 2, scale, s, next);
+  } else {
+    score_keys<C, 1>(st.qp, k, hd / 2, scale, s, next);
+  }
   // Visible keys per query, and its new running max.
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __mmask16 vis[2][C];
@@ -453,15 +483,19 @@ PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
                          (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(p)));
     }
   }
-  // V interleaved by key pairs, then O[i] += P . V.
+  // O[i] += P . V, 16 DV dims at a time (as many as 16 accumulators hold).
+  constexpr int kDV = C <= 2 ? 8 : 16 / C;
   const int np = padded / 2;
-  for (int p = 0; p < np; ++p) {
-    next.step(8);
-    for (int d = 0; d < hd; d += 32)
-      interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
+  for (int d = 0; d < hd;) {
+    if (hd - d >= 16 * kDV) {
+      value_keys<C, kDV>(lanes.count, st.pp, v, np, st.o, hd, d, next);
+      d += 16 * kDV;
+    } else {
+      value_keys<C, 2>(lanes.count, st.pp, v, np, st.o, hd, d, next);
+      d += 32;
+    }
   }
   next.step(INT_MAX);
-  value_lanes(lanes.count, st.pp, kPairs, 1, st.vp, hd, np, st.o);
 }
 
 // The first key any row of the tile sees (row 0's).
@@ -481,9 +515,6 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
   // Keys every row sees: [all_first, all_last].
   const int64_t all_last = a.last_key;
   const int64_t all_first = cpu::first_visible_key(last_tile_key, a.sliding_window);
-  auto row_of = [&](int64_t t) {
-    return int64_t{a.block_table[t / a.block_size]} * a.block_stride + (t % a.block_size) * hd;
-  };
   for (int64_t t0 = first_key / kKeys * kKeys; t0 <= last_tile_key; t0 += kKeys) {
     // From an even key: weights pair keys (2i, 2i + 1) whatever the tile's
     // first key (the pairing sets the rounding of p . v).
@@ -510,17 +541,23 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
       if (next_lo / kKeys * kKeys + kKeys - 1 < next_hi)
         next_hi = next_lo / kKeys * kKeys + kKeys - 1;
     }
+    // The keys' rows (elements from a kv head's k_head / v_head), the same
+    // for every kv head; a padding key repeats the last one (its weight is 0).
+    int64_t row[kKeys];
+    for (int64_t j = 0, blk = lo / a.block_size, in = lo % a.block_size; j < count; ++j) {
+      row[j] = int64_t{a.block_table[blk]} * a.block_stride + in * hd;
+      if (++in == a.block_size) in = 0, ++blk;
+    }
+    if (padded > count) row[count] = row[count - 1];
     for (int h = 0; h < kv_heads; ++h) {
       const Scratch& st = scratches[h];
       const auto* kc = static_cast<const uint16_t*>(tiles[h].k_head);
       const auto* vc = static_cast<const uint16_t*>(tiles[h].v_head);
-      // Key rows; a padding key repeats the last one (its weight is 0).
       const uint16_t* k[kKeys + 8];
       const uint16_t* v[kKeys];
       for (int j = 0; j < padded; ++j) {
-        const int64_t off = row_of(lo + (j < count ? j : count - 1));
-        k[j] = kc + off;
-        v[j] = vc + off;
+        k[j] = kc + row[j];
+        v[j] = vc + row[j];
       }
       for (int j = padded; j < kKeys + 8; ++j) k[j] = k[padded - 1];
       if constexpr (NV == 1) {
@@ -652,21 +689,21 @@ Scratch scratch_at(float* scratch, int hd) {
 // the output zeroed there, the running max and denominator reset.
 PAGODA_BF16_TARGET void start_tile(const AttentionTile& a, const Lanes& lanes, const Scratch& st) {
   const int hd = a.head_dim, pairs = hd / 2;
-  // A decode tile fills 16 lanes, not kQ.
-  const int lanes_read = lanes.nv * 16;
-  for (int i = 0; i < lanes_read; ++i) {
-    const float* q =
-        i < lanes.count ? a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd : nullptr;
-    for (int p = 0; p < pairs; ++p) {
-      st.qp[p * kQ + i] =
-          q ? uint32_t{f32_to_bf16(q[2 * p])} | uint32_t{f32_to_bf16(q[2 * p + 1])} << 16 : 0;
-    }
+  // The vectors read (a decode tile: 16 lanes, not kQ) zeroed, then the
+  // tile's queries filled in: a decode tile has 1-8 of its 16 lanes.
+  for (int p = 0; p < pairs; ++p) {
+    for (int v = 0; v < lanes.nv; ++v) _mm512_store_si512(st.qp + p * kQ + v * 16, _mm512_setzero_si512());
+  }
+  for (int i = 0; i < lanes.count; ++i) {
+    const float* q = a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd;
+    for (int p = 0; p < pairs; ++p)
+      st.qp[p * kQ + i] = uint32_t{f32_to_bf16(q[2 * p])} | uint32_t{f32_to_bf16(q[2 * p + 1])} << 16;
   }
   if (lanes.by_lane) {
     for (int i = 0; i < lanes.count * hd; ++i) st.o[i] = 0.0f;
   } else {
     for (int d = 0; d < hd; ++d) {
-      for (int i = 0; i < lanes_read; ++i) st.o[d * kQ + i] = 0.0f;
+      for (int i = 0; i < lanes.nv * 16; ++i) st.o[d * kQ + i] = 0.0f;
     }
   }
   for (int i = 0; i < kQ; ++i) st.m[i] = kNoMax, st.l[i] = 0.0f;
