@@ -35,6 +35,39 @@ const uint16_t* bf16_activations(const cpu::KernelTable& kt, const float* x, int
   return out;
 }
 
+// x as the kernels of a linear_multi take it: rounded to bf16 and/or
+// quantized to int8 (each only where some output needs it).
+struct Activations {
+  const uint16_t* xb = nullptr;
+  cpu::QuantizedRows xq{};
+};
+
+// Activations of at most this many values (decode rows) are converted by
+// every thread for itself, in parallel, at its first chunk of the call:
+// converted once by the caller, the other threads would wait for it and
+// then read its lines across cores (~1% of a batch-8 decode step, Zen 4).
+constexpr int64_t kOwnCopyValues = 32768;
+
+// This thread's own copy of x for linear_multi call `call` (ids unique per
+// call), converted at its first use in that call.
+const Activations& own_activations(uint64_t call, const cpu::KernelTable& kt, const float* x,
+                                   int64_t m, int64_t k, bool bf16, bool i8) {
+  thread_local uint64_t converted = 0;
+  thread_local Activations own;
+  thread_local std::vector<uint16_t> buffer;
+  if (converted != call) {
+    own = {};
+    if (bf16) {
+      if (buffer.size() < static_cast<size_t>(m * k)) buffer.resize(static_cast<size_t>(m * k));
+      kt.bf16_rows(x, m * k, buffer.data());
+      own.xb = buffer.data();
+    }
+    if (i8) own.xq = cpu::quantize_activations(x, m, k);
+    converted = call;
+  }
+  return own;
+}
+
 }  // namespace
 
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y, int64_t ldy) {
@@ -69,14 +102,23 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
     any_packed = any_packed || (w.packed && w.dtype == DType::BF16);
     any_i8 = any_i8 || w.dtype == DType::I8;
   }
-  // int8 weights take x quantized, once for all of them (ops/quant.h).
-  const cpu::QuantizedRows xq = any_i8 ? cpu::quantize_activations(x, m, k) : cpu::QuantizedRows{};
   const cpu::KernelTable& kt = cpu::active_kernels();
   // Row-major bf16 weights take the dot-product kernel when every output
   // does (one rounding of x); packed ones whenever the ISA has the kernel.
   const bool bf16_dot = all_bf16 && kt.linear_bf16_dot;
   const bool packed_native = any_packed && kt.linear_bf16_packed;
-  const uint16_t* xb = bf16_dot || packed_native ? bf16_activations(kt, x, m, k) : nullptr;
+  // int8 weights take x quantized, once for all of them (ops/quant.h); a
+  // small x is converted by each thread (own_activations), a large one once,
+  // in parallel, here.
+  const bool need_bf16 = bf16_dot || packed_native;
+  const bool own_copy = m * k <= kOwnCopyValues && num_threads() > 1;
+  static std::atomic<uint64_t> calls{0};
+  const uint64_t call = own_copy ? calls.fetch_add(1, std::memory_order_relaxed) + 1 : 0;
+  Activations shared;
+  if (!own_copy) {
+    if (any_i8) shared.xq = cpu::quantize_activations(x, m, k);
+    if (need_bf16) shared.xb = bf16_activations(kt, x, m, k);
+  }
   // Output i owns units [unit_begin[i], unit_begin[i + 1]) of the split; a
   // unit is kColumnUnit columns, or one panel of packed weights.
   static_assert(kColumnUnit == cpu::kI8ColumnUnit);
@@ -93,6 +135,10 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   // chunks taper down to one unit so the threads end together.
   const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kColumnUnit * k * m));
   parallel_for_tapered(units, min_units, 1, [&](int64_t u0, int64_t u1) {
+    const Activations& a =
+        own_copy ? own_activations(call, kt, x, m, k, need_bf16, any_i8) : shared;
+    const cpu::QuantizedRows& xq = a.xq;
+    const uint16_t* xb = a.xb;
     for (int i = 0; i < count; ++i) {
       const int64_t lo = std::max(u0, unit_begin[i]), hi = std::min(u1, unit_begin[i + 1]);
       if (lo >= hi) continue;
