@@ -166,6 +166,9 @@ PAGODA_BF16_TARGET inline __m512i unpacklo64(__m512i a, __m512i b) {
 PAGODA_BF16_TARGET inline __m512i unpackhi64(__m512i a, __m512i b) {
   return _mm512_maskz_unpackhi_epi64(0xff, a, b);
 }
+PAGODA_BF16_TARGET inline __m512i srli32(__m512i a, unsigned n) {
+  return _mm512_maskz_srli_epi32(0xffff, a, n);
+}
 // 128-bit lanes 0 and 2 (even) or 1 and 3 (odd) of a, then the same of b.
 PAGODA_BF16_TARGET inline __m512i lanes_even(__m512i a, __m512i b) {
   return _mm512_maskz_shuffle_i32x4(0xffff, a, b, 0x88);
@@ -687,17 +690,47 @@ Scratch scratch_at(float* scratch, int hd) {
 
 // q pairs (rounded to bf16, padding lanes 0) in the vectors the tile reads,
 // the output zeroed there, the running max and denominator reset.
+// The bf16 bits of x[0, 16), as f32_to_bf16 rounds them (to nearest even,
+// NaNs quieted, denormals kept: vcvtneps2bf16 would flush those), in the
+// low halves of the 32-bit lanes.
+PAGODA_BF16_TARGET inline __m512i bf16_bits(const float* x) {
+  const __m512i bits = _mm512_loadu_si512(x);
+  const __m512i odd = _mm512_and_si512(srli32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = srli32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_or_epi32(rounded, nan, srli32(bits, 16), _mm512_set1_epi32(0x40));
+}
+
+// q[0, 32) as 16 bf16 pair words: the low halves of the two vectors'
+// lanes, in order.
+PAGODA_BF16_TARGET inline __m512i q_pairs(const float* q) {
+  alignas(64) static const uint16_t kLowHalves[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
+                                                      22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+                                                      44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+  return _mm512_permutex2var_epi16(bf16_bits(q), _mm512_load_si512(kLowHalves), bf16_bits(q + 16));
+}
+
 PAGODA_BF16_TARGET void start_tile(const AttentionTile& a, const Lanes& lanes, const Scratch& st) {
   const int hd = a.head_dim, pairs = hd / 2;
-  // The vectors read (a decode tile: 16 lanes, not kQ) zeroed, then the
-  // tile's queries filled in: a decode tile has 1-8 of its 16 lanes.
-  for (int p = 0; p < pairs; ++p) {
-    for (int v = 0; v < lanes.nv; ++v) _mm512_store_si512(st.qp + p * kQ + v * 16, _mm512_setzero_si512());
-  }
-  for (int i = 0; i < lanes.count; ++i) {
-    const float* q = a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd;
-    for (int p = 0; p < pairs; ++p)
-      st.qp[p * kQ + i] = uint32_t{f32_to_bf16(q[2 * p])} | uint32_t{f32_to_bf16(q[2 * p + 1])} << 16;
+  // The q pairs of the vectors the tile reads (a decode tile: 16 lanes, not
+  // kQ), 16 lanes x 16 pairs at a time: each lane's row rounded as a
+  // vector, then transposed to a vector per pair; lanes past count are 0.
+  for (int v = 0; v < lanes.nv; ++v) {
+    for (int p0 = 0; p0 < pairs; p0 += 16) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        const int i = v * 16 + j;
+        r[j] = i < lanes.count
+                   ? q_pairs(a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd + 2 * p0)
+                   : _mm512_setzero_si512();
+      }
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; ++p) _mm512_store_si512(st.qp + (p0 + p) * kQ + v * 16, r[p]);
+    }
   }
   if (lanes.by_lane) {
     for (int i = 0; i < lanes.count * hd; ++i) st.o[i] = 0.0f;
@@ -711,13 +744,30 @@ PAGODA_BF16_TARGET void start_tile(const AttentionTile& a, const Lanes& lanes, c
 
 PAGODA_BF16_TARGET void finish_tile(const AttentionTile& a, const Lanes& lanes, const Scratch& st) {
   const int hd = a.head_dim;
-  for (int i = 0; i < lanes.count; ++i) {
-    float* out = a.out + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd;
-    const float inv = 1.0f / st.l[i];
-    if (lanes.by_lane) {
+  auto out_row = [&](int i) { return a.out + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd; };
+  if (lanes.by_lane) {
+    for (int i = 0; i < lanes.count; ++i) {
+      float* out = out_row(i);
+      const float inv = 1.0f / st.l[i];
       for (int d = 0; d < hd; ++d) out[d] = st.o[i * hd + d] * inv;
-    } else {
-      for (int d = 0; d < hd; ++d) out[d] = st.o[d * kQ + i] * inv;
+    }
+    return;
+  }
+  // O^T's 16 x 16 blocks times each lane's 1 / l (the same correctly
+  // rounded quotient and product as one lane at a time), transposed back
+  // to rows of the output.
+  for (int v = 0; v < lanes.nv; ++v) {
+    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_load_ps(st.l + v * 16));
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        r[j] = _mm512_castps_si512(
+            _mm512_mul_ps(_mm512_load_ps(st.o + (d0 + j) * kQ + v * 16), inv));
+      }
+      transpose16(r);
+      for (int j = 0; j < 16 && v * 16 + j < lanes.count; ++j)
+        _mm512_storeu_si512(out_row(v * 16 + j) + d0, r[j]);
     }
   }
 }
