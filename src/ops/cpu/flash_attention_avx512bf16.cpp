@@ -717,15 +717,16 @@ PAGODA_BF16_TARGET void start_tile(const AttentionTile& a, const Lanes& lanes, c
   // The q pairs of the vectors the tile reads (a decode tile: 16 lanes, not
   // kQ), 16 lanes x 16 pairs at a time: each lane's row rounded as a
   // vector, then transposed to a vector per pair; lanes past count are 0.
+  const float* q_row[kQ];
+  for (int i = 0; i < lanes.count; ++i)
+    q_row[i] = a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd;
   for (int v = 0; v < lanes.nv; ++v) {
     for (int p0 = 0; p0 < pairs; p0 += 16) {
       __m512i r[16];
 #pragma GCC unroll 16
       for (int j = 0; j < 16; ++j) {
         const int i = v * 16 + j;
-        r[j] = i < lanes.count
-                   ? q_pairs(a.q + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd + 2 * p0)
-                   : _mm512_setzero_si512();
+        r[j] = i < lanes.count ? q_pairs(q_row[i] + 2 * p0) : _mm512_setzero_si512();
       }
       transpose16(r);
 #pragma GCC unroll 16
@@ -744,10 +745,12 @@ PAGODA_BF16_TARGET void start_tile(const AttentionTile& a, const Lanes& lanes, c
 
 PAGODA_BF16_TARGET void finish_tile(const AttentionTile& a, const Lanes& lanes, const Scratch& st) {
   const int hd = a.head_dim;
-  auto out_row = [&](int i) { return a.out + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd; };
+  float* out_row[kQ];  // query i's output row
+  for (int i = 0; i < lanes.count; ++i)
+    out_row[i] = a.out + (i / a.heads) * a.q_row_stride + (i % a.heads) * hd;
   if (lanes.by_lane) {
     for (int i = 0; i < lanes.count; ++i) {
-      float* out = out_row(i);
+      float* out = out_row[i];
       const float inv = 1.0f / st.l[i];
       for (int d = 0; d < hd; ++d) out[d] = st.o[i * hd + d] * inv;
     }
@@ -767,7 +770,7 @@ PAGODA_BF16_TARGET void finish_tile(const AttentionTile& a, const Lanes& lanes, 
       }
       transpose16(r);
       for (int j = 0; j < 16 && v * 16 + j < lanes.count; ++j)
-        _mm512_storeu_si512(out_row(v * 16 + j) + d0, r[j]);
+        _mm512_storeu_si512(out_row[v * 16 + j] + d0, r[j]);
     }
   }
 }
