@@ -688,16 +688,14 @@ Scratch scratch_at(float* scratch, int hd) {
   return st;
 }
 
-// q pairs (rounded to bf16, padding lanes 0) in the vectors the tile reads,
-// the output zeroed there, the running max and denominator reset.
 // The bf16 bits of x[0, 16), as f32_to_bf16 rounds them (to nearest even,
 // NaNs quieted, denormals kept: vcvtneps2bf16 would flush those), in the
 // low halves of the 32-bit lanes.
 PAGODA_BF16_TARGET inline __m512i bf16_bits(const float* x) {
   const __m512i bits = _mm512_loadu_si512(x);
   const __m512i odd = _mm512_and_si512(srli32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = srli32(
-      _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  const __m512i rounded =
+      srli32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(
       _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   return _mm512_mask_or_epi32(rounded, nan, srli32(bits, 16), _mm512_set1_epi32(0x40));
@@ -712,6 +710,8 @@ PAGODA_BF16_TARGET inline __m512i q_pairs(const float* q) {
   return _mm512_permutex2var_epi16(bf16_bits(q), _mm512_load_si512(kLowHalves), bf16_bits(q + 16));
 }
 
+// q pairs (rounded to bf16, padding lanes 0) in the vectors the tile reads,
+// the output zeroed there, the running max and denominator reset.
 PAGODA_BF16_TARGET void start_tile(const AttentionTile& a, const Lanes& lanes, const Scratch& st) {
   const int hd = a.head_dim, pairs = hd / 2;
   // The q pairs of the vectors the tile reads (a decode tile: 16 lanes, not
@@ -765,8 +765,8 @@ PAGODA_BF16_TARGET void finish_tile(const AttentionTile& a, const Lanes& lanes, 
       __m512i r[16];
 #pragma GCC unroll 16
       for (int j = 0; j < 16; ++j) {
-        r[j] = _mm512_castps_si512(
-            _mm512_mul_ps(_mm512_load_ps(st.o + (d0 + j) * kQ + v * 16), inv));
+        r[j] =
+            _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(st.o + (d0 + j) * kQ + v * 16), inv));
       }
       transpose16(r);
       for (int j = 0; j < 16 && v * 16 + j < lanes.count; ++j)
