@@ -113,7 +113,8 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   // lines across cores (~1% of a batch-8 decode step, Zen 4). A larger one
   // is converted once, in parallel, here.
   const bool need_bf16 = bf16_dot || packed_native;
-  const bool own_copy = m < 2 * convert_rows_per_thread(k) && num_threads() > 1;
+  const bool own_copy =
+      (need_bf16 || any_i8) && m < 2 * convert_rows_per_thread(k) && num_threads() > 1;
   static std::atomic<uint64_t> calls{0};
   const uint64_t call = own_copy ? calls.fetch_add(1, std::memory_order_relaxed) + 1 : 0;
   Activations shared;

@@ -33,6 +33,7 @@
 // step's row count, which scheduling and prefix-cache hits change.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -67,7 +68,7 @@ struct Scratch {
   float* o;      // unnormalised output: [hd][kQ] (transposed), or [kQ][hd] by_lane
   float* s;      // [kKeys][kQ]: scores, then weights
   uint32_t* pp;  // [kPairs][kQ]: weight pairs ([kFewQueries][kPairs] by keys)
-  uint32_t* vp;  // [kPairs][hd]: V rows interleaved by key pairs
+  uint32_t* vp;  // [kPairs][hd]: V rows interleaved by key pairs (prompt tiles)
   float* m;      // [kQ]: running max
   float* l;      // [kQ]: softmax denominator
 };
@@ -166,8 +167,9 @@ PAGODA_BF16_TARGET inline __m512i unpacklo64(__m512i a, __m512i b) {
 PAGODA_BF16_TARGET inline __m512i unpackhi64(__m512i a, __m512i b) {
   return _mm512_maskz_unpackhi_epi64(0xff, a, b);
 }
-PAGODA_BF16_TARGET inline __m512i srli32(__m512i a, unsigned n) {
-  return _mm512_maskz_srli_epi32(0xffff, a, n);
+template <unsigned N>
+PAGODA_BF16_TARGET inline __m512i srli32(__m512i a) {
+  return _mm512_maskz_srli_epi32(0xffff, a, N);
 }
 // 128-bit lanes 0 and 2 (even) or 1 and 3 (odd) of a, then the same of b.
 PAGODA_BF16_TARGET inline __m512i lanes_even(__m512i a, __m512i b) {
@@ -238,7 +240,7 @@ class NextRows {
   PAGODA_BF16_TARGET void step(int lines) {
     while (lines > 0 && a_ != nullptr) {
       // The lines left in this run, then the next run.
-      const int64_t n = (bytes_ - off_ + 63) / 64 < lines ? (bytes_ - off_ + 63) / 64 : lines;
+      const int64_t n = std::min<int64_t>((bytes_ - off_ + 63) / 64, lines);
       for (int64_t i = 0; i < n; ++i) _mm_prefetch(run_ + off_ + 64 * i, _MM_HINT_T1);
       lines -= static_cast<int>(n);
       if ((off_ += 64 * n) >= bytes_) next_run();
@@ -317,14 +319,17 @@ PAGODA_BF16_TARGET inline void score_keys(const uint32_t* qp, const uint16_t* co
   }
 }
 
+// permutex2var indices interleaving elements [0, 16) of two rows of 32
+// bf16 values (a[0], b[0], a[1], b[1], ...); + 16 for elements [16, 32).
+alignas(64) constexpr uint16_t kInterleaveLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                    37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                    11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+
 // Rows j and j + 1 of 32 bf16 values each, interleaved: element 2i of the
 // first result is a[i], 2i + 1 is b[i] (i < 16); the second holds i >= 16.
 PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t* b,
                                                uint32_t* out) {
-  alignas(64) static const uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                               37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                               11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i lo = _mm512_load_si512(kLo);
+  const __m512i lo = _mm512_load_si512(kInterleaveLo);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
   _mm512_storeu_si512(out, _mm512_permutex2var_epi16(va, lo, vb));
@@ -339,15 +344,12 @@ PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t
 // for its (d, i): one dp per key pair, pairs in order, the same operands.
 // So the bits are the same; only the instruction count falls from hd to
 // count x hd / 16 per pair, and V is neither stored nor read back. Asks for
-// 8 lines of `next` per key pair.
+// 8 lines of `next` per key pair (each call: calls for more dims ask on).
 template <int C, int DV>
 PAGODA_BF16_TARGET inline void value_keys(int count, const uint32_t* pp, const uint16_t* const* v,
                                           int np, float* o, int hd, int d0, NextRows& next) {
   static_assert(DV % 2 == 0 && C * DV <= 16, "accumulators and the interleaved V fit 32 zmm");
-  alignas(64) static const uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                               37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                               11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i lo = _mm512_load_si512(kLo);
+  const __m512i lo = _mm512_load_si512(kInterleaveLo);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   __m512 acc[C][DV];
 #pragma GCC unroll 8
@@ -427,9 +429,9 @@ PAGODA_BF16_TARGET void load_key_block(const cpu::AttentionTile* tiles, int kv_h
 // (score_keys), the max over the visible keys (exact in any order), the
 // rescale by exp(old max - new max), exp(s - max), the denominator summed
 // key by key in key order, the weights rounded to bf16 pairs (2i, 2i + 1),
-// and P . V (value_keys). Meanwhile it asks for the lines of `next`,
-// spread over the scores and P . V (up to 256 lines, the 32 keys' K and V
-// rows of head_dim 128), the rest at the end.
+// and P . V (value_keys). Meanwhile it asks for the lines of `next` (the
+// next 32 keys' K and V rows: 256 lines at head_dim 128), spread over the
+// scores and P . V, the rest at the end.
 template <int C>
 PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
                                        const uint16_t* const* k, const uint16_t* const* v,
@@ -437,10 +439,13 @@ PAGODA_BF16_TARGET void attend_by_keys(const Scratch& st, const Lanes& lanes,
                                        NextRows& next) {
   const int chunks = (padded + 15) / 16;  // 1 or 2 vectors of 16 keys
   __m512 s[2][C];
-  if (chunks == 2) {
+  // Both chunks in one loop where their accumulators leave room for the
+  // transposed rows (C <= 4), else one after the other.
+  if (chunks == 2 && C <= 4) {
     score_keys<C, 2>(st.qp, k, hd / 2, scale, s, next);
   } else {
-    score_keys<C, 1>(st.qp, k, hd / 2, scale, s, next);
+    for (int c = 0; c < chunks; ++c)
+      score_keys<C, 1>(st.qp, k + 16 * c, hd / 2, scale, s + c, next);
   }
   // Visible keys per query, and its new running max.
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -693,12 +698,12 @@ Scratch scratch_at(float* scratch, int hd) {
 // low halves of the 32-bit lanes.
 PAGODA_BF16_TARGET inline __m512i bf16_bits(const float* x) {
   const __m512i bits = _mm512_loadu_si512(x);
-  const __m512i odd = _mm512_and_si512(srli32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i odd = _mm512_and_si512(srli32<16>(bits), _mm512_set1_epi32(1));
   const __m512i rounded =
-      srli32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+      srli32<16>(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)));
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(
       _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_or_epi32(rounded, nan, srli32(bits, 16), _mm512_set1_epi32(0x40));
+  return _mm512_mask_or_epi32(rounded, nan, srli32<16>(bits), _mm512_set1_epi32(0x40));
 }
 
 // q[0, 32) as 16 bf16 pair words: the low halves of the two vectors'
