@@ -21,11 +21,6 @@ constexpr int64_t kColumnUnit = 16;
 
 int64_t rows_per_thread(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
 
-// Rows of x a thread converts at least, when converting in parallel.
-int64_t convert_rows_per_thread(int64_t k) {
-  return std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1));
-}
-
 // x [m, k] rounded to bf16 for the bf16 dot-product linear, in a buffer of
 // the calling thread that only grows (no allocation in the steady state);
 // rows are converted in parallel, since a prefill's activations are MBs.
@@ -34,7 +29,7 @@ const uint16_t* bf16_activations(const cpu::KernelTable& kt, const float* x, int
   const size_t count = static_cast<size_t>(m * k);
   if (buffer.size() < count) buffer.resize(count);
   uint16_t* out = buffer.data();
-  parallel_for(m, convert_rows_per_thread(k), [&](int64_t r0, int64_t r1) {
+  parallel_for(m, rows_per_thread(k), [&](int64_t r0, int64_t r1) {
     kt.bf16_rows(x + r0 * k, (r1 - r0) * k, out + r0 * k);
   });
   return out;
@@ -111,10 +106,10 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   // thread for itself at its first chunk (own_activations): converted by the
   // caller alone, the other threads would wait for it and then read its
   // lines across cores (~1% of a batch-8 decode step, Zen 4). A larger one
-  // is converted once, in parallel, here.
+  // is converted once, in parallel, here (rows_per_thread(k) rows a thread,
+  // as bf16_activations and quantize_rows_i8 split it).
   const bool need_bf16 = bf16_dot || packed_native;
-  const bool own_copy =
-      (need_bf16 || any_i8) && m < 2 * convert_rows_per_thread(k) && num_threads() > 1;
+  const bool own_copy = (need_bf16 || any_i8) && m < 2 * rows_per_thread(k) && num_threads() > 1;
   static std::atomic<uint64_t> calls{0};
   const uint64_t call = own_copy ? calls.fetch_add(1, std::memory_order_relaxed) + 1 : 0;
   Activations shared;

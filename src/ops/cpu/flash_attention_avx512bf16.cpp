@@ -319,21 +319,18 @@ PAGODA_BF16_TARGET inline void score_keys(const uint32_t* qp, const uint16_t* co
   }
 }
 
-// permutex2var indices interleaving elements [0, 16) of two rows of 32
-// bf16 values (a[0], b[0], a[1], b[1], ...); + 16 for elements [16, 32).
-alignas(64) constexpr uint16_t kInterleaveLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                                    37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                                    11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-
-// Rows j and j + 1 of 32 bf16 values each, interleaved: element 2i of the
-// first result is a[i], 2i + 1 is b[i] (i < 16); the second holds i >= 16.
-PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t* b,
-                                               uint32_t* out) {
-  const __m512i lo = _mm512_load_si512(kInterleaveLo);
+// Rows a and b of 32 bf16 values each, interleaved as key pairs: word i of
+// `first` is (a[i], b[i]) for i < 16, of `second` (a[16 + i], b[16 + i]).
+PAGODA_BF16_TARGET inline void interleave_rows(const uint16_t* a, const uint16_t* b, __m512i& first,
+                                               __m512i& second) {
+  alignas(64) static const uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                               37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                               11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i lo = _mm512_load_si512(kLo);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
-  _mm512_storeu_si512(out, _mm512_permutex2var_epi16(va, lo, vb));
-  _mm512_storeu_si512(out + 16, _mm512_permutex2var_epi16(va, hi, vb));
+  first = _mm512_permutex2var_epi16(va, lo, vb);
+  second = _mm512_permutex2var_epi16(va, hi, vb);
 }
 
 // P . V with head_dim across the lanes, for tiles of few queries (decode: a
@@ -349,8 +346,6 @@ template <int C, int DV>
 PAGODA_BF16_TARGET inline void value_keys(int count, const uint32_t* pp, const uint16_t* const* v,
                                           int np, float* o, int hd, int d0, NextRows& next) {
   static_assert(DV % 2 == 0 && C * DV <= 16, "accumulators and the interleaved V fit 32 zmm");
-  const __m512i lo = _mm512_load_si512(kInterleaveLo);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   __m512 acc[C][DV];
 #pragma GCC unroll 8
   for (int i = 0; i < C; ++i) {
@@ -362,12 +357,8 @@ PAGODA_BF16_TARGET inline void value_keys(int count, const uint32_t* pp, const u
     next.step(8);
     __m512i vi[DV];
 #pragma GCC unroll 4
-    for (int c = 0; c < DV; c += 2) {
-      const __m512i a = _mm512_loadu_si512(v[2 * p] + d0 + 16 * c);
-      const __m512i b = _mm512_loadu_si512(v[2 * p + 1] + d0 + 16 * c);
-      vi[c] = _mm512_permutex2var_epi16(a, lo, b);      // dims d0 + 16c + [0, 16)
-      vi[c + 1] = _mm512_permutex2var_epi16(a, hi, b);  // the next 16
-    }
+    for (int c = 0; c < DV; c += 2)  // dims d0 + 16c + [0, 32)
+      interleave_rows(v[2 * p] + d0 + 16 * c, v[2 * p + 1] + d0 + 16 * c, vi[c], vi[c + 1]);
 #pragma GCC unroll 8
     for (int i = 0; i < C; ++i) {
       if (i >= count) break;
@@ -659,8 +650,12 @@ PAGODA_BF16_TARGET void attend_blocks(const cpu::AttentionTile* tiles, const Scr
       // V interleaved by key pairs, then O^T += P . V.
       const int np = padded / 2;
       for (int p = 0; p < np; ++p) {
-        for (int d = 0; d < hd; d += 32)
-          interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, st.vp + p * hd + d);
+        for (int d = 0; d < hd; d += 32) {
+          __m512i first, second;
+          interleave_rows(v[2 * p] + d, v[2 * p + 1] + d, first, second);
+          _mm512_storeu_si512(st.vp + p * hd + d, first);
+          _mm512_storeu_si512(st.vp + p * hd + d + 16, second);
+        }
       }
       for (int d = 0; d < hd; d += 4) value_rows<NV, 4>(st.pp, st.vp, hd, np, st.o, d);
     }
