@@ -10,7 +10,7 @@
 namespace pagoda::ops::ref {
 
 float matrix_at(const Matrix& w, int64_t row, int64_t col) {
-  const int64_t i = w.packed ? packed_index(row, col, w.cols) : row * w.cols + col;
+  const int64_t i = w.packed ? packed_index(row, col, w.rows, w.cols, w.dtype) : row * w.cols + col;
   if (w.dtype == DType::BF16) {
     bf16_t h;
     std::memcpy(&h, static_cast<const uint8_t*>(w.data) + 2 * i, 2);
@@ -23,8 +23,7 @@ float matrix_at(const Matrix& w, int64_t row, int64_t col) {
     return f4e2m1_to_f32(col % 2 ? byte >> 4 : byte & 15) * f8e8m0_to_f32(scale);
   }
   if (w.dtype == DType::F8E4M3) {
-    const float scale =
-        w.block_scales[row / kFp8Block * fp8_scale_cols(w.cols) + col / kFp8Block];
+    const float scale = w.block_scales[row / kFp8Block * fp8_scale_cols(w.cols) + col / kFp8Block];
     return f8e4m3_to_f32(static_cast<const uint8_t*>(w.data)[i]) * scale;
   }
   return static_cast<const float*>(w.data)[i];
@@ -232,7 +231,8 @@ void write_mla_kv(const float* latent, const float* k_pe, const int64_t* slot_ma
         float amax = 0.0f;
         for (int d = 0; d < kMlaFp8Group; ++d) amax = std::max(amax, std::fabs(x[d]));
         const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-        for (int d = 0; d < kMlaFp8Group; ++d) e[g * kMlaFp8Group + d] = f32_to_f8e4m3(x[d] / scale);
+        for (int d = 0; d < kMlaFp8Group; ++d)
+          e[g * kMlaFp8Group + d] = f32_to_f8e4m3(x[d] / scale);
         std::memcpy(e + layout.fp8_scales_offset() + 4 * g, &scale, sizeof(float));
       }
       for (int d = 0; d < rope; ++d) {

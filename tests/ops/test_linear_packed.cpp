@@ -34,7 +34,7 @@ struct PackedPair {
 
 TEST(PackBf16, EveryWeightLandsWhereTheLayoutSaysAndPadRowsAreZero) {
   std::mt19937 rng(21);
-  const int64_t n = 130, k = 10;  // 3 panels, the last with 2 rows
+  const int64_t n = 98, k = 10;  // panels of 48, 48 and 16 columns, the last with 2 rows
   PackedPair w(n, k, rng);
   EXPECT_TRUE(w.packed.packed);
   EXPECT_EQ(w.packed.rows, n);
@@ -42,10 +42,11 @@ TEST(PackBf16, EveryWeightLandsWhereTheLayoutSaysAndPadRowsAreZero) {
   std::vector<bool> written(w.panels.size(), false);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < k; ++c) {
-      // The layout by its definition: panel r / 64, pair c / 2, column r % 64.
-      const int64_t panel = r / 64, pair = c / 2, lane = r % 64;
-      const int64_t index = ((panel * (k / 2) + pair) * 64 + lane) * 2 + c % 2;
-      ASSERT_EQ(packed_index(r, c, k), index);
+      // The layout by its definition: panel r / 48 (after the full panels
+      // before it; the last one 16 columns wide), pair c / 2, column r % 48.
+      const int64_t panel = r / 48, pair = c / 2, lane = r % 48, width = panel == 2 ? 16 : 48;
+      const int64_t index = panel * 48 * k + (pair * width + lane) * 2 + c % 2;
+      ASSERT_EQ(packed_index(r, c, n, k), index);
       EXPECT_EQ(w.panels[index], w.row_major[r * k + c]) << r << "," << c;
       EXPECT_EQ(ref::matrix_at(w.packed, r, c), ref::matrix_at(w.source, r, c));
       written[index] = true;
@@ -75,10 +76,11 @@ TEST_P(LinearPacked, MatchesReferenceOnTheRowMajorSource) {
   const bool rounds = rounds_bf16_activations(GetParam()) && packed_bf16_is_native();
   std::mt19937 rng(22);
   for (int64_t k : {2, 34, 1100}) {  // 1100: two k blocks of the native kernel
-    for (int64_t n : {1, 63, 64, 65, 200}) {
+    // Last panels of 1-3 vectors (16 to 48 columns), whole or cut.
+    for (int64_t n : {1, 47, 48, 49, 64, 80, 200}) {
       PackedPair w(n, k, rng);
       const auto bias = random_vec(n, rng);
-      for (int64_t m : {1, 5, 6, 7, 13}) {
+      for (int64_t m : {1, 5, 7, 8, 9, 17}) {
         const auto x_in = random_vec(m * k, rng);
         const auto x = rounds ? bf16_rounded(x_in) : x_in;
         const int64_t ldy = n + 3;  // a wider output row: columns past n untouched
@@ -109,12 +111,12 @@ TEST_P(LinearPacked, MatchesReferenceOnTheRowMajorSource) {
 }
 
 TEST_P(LinearPacked, RowsEqualDecodeRowsBitForBit) {
-  // Every row of a batched call (6-row tiles, remainder tiles, the cut last
+  // Every row of a batched call (8-row tiles, remainder tiles, the cut last
   // panel, two k blocks) equals the same row computed alone, on 1 and 2
   // threads: greedy outputs cannot depend on batch composition.
   std::mt19937 rng(23);
   for (int64_t k : {34, 1100}) {
-    for (int64_t n : {65, 389}) {
+    for (int64_t n : {65, 80, 389}) {
       PackedPair w(n, k, rng);
       const int64_t max_m = 70;
       const auto x = random_vec(max_m * k, rng);
@@ -125,9 +127,9 @@ TEST_P(LinearPacked, RowsEqualDecodeRowsBitForBit) {
       }
       for (int threads : {1, 2}) {
         ScopedThreads scoped(threads);
-        // Every remainder tile of 1 to 5 rows, after one full tile (7, 8, 9:
-        // the batched decode steps' two passes over a block) or two (13).
-        for (int64_t m : {2, 3, 5, 7, 8, 9, 12, 13, 62, 64, 65, 70}) {
+        // Remainder tiles of 1 to 7 rows alone (2-7: a batched decode step's
+        // one pass over a block), after one full tile (9, 12, 15) or more.
+        for (int64_t m : {2, 3, 5, 7, 8, 9, 12, 15, 16, 17, 62, 64, 65, 70}) {
           std::vector<float> batched(m * n, NAN);
           linear(x.data(), m, w.packed, bias.data(), batched.data());
           EXPECT_TRUE(std::equal(batched.begin(), batched.end(), alone.begin()))
@@ -159,10 +161,10 @@ TEST_P(LinearPackedWidened, PanelsAreTheirPromisedFmaChainBitForBit) {
   // show).
   std::mt19937 rng(27);
   for (int64_t k : {2, 34, 1100}) {  // 1100: several k blocks of both kernels
-    for (int64_t n : {1, 64, 65, 200}) {
+    for (int64_t n : {1, 48, 49, 80, 200}) {
       PackedPair w(n, k, rng);
       const auto bias = random_vec(n, rng);
-      for (int64_t m : {1, 2, 5, 8, 9, 13, 17}) {  // every tile height of 5- and 8-row tiles
+      for (int64_t m : {1, 2, 5, 6, 8, 9, 13, 17}) {  // every tile height of 5- and 6-row tiles
         const auto x = random_vec(m * k, rng);
         std::vector<float> y(m * n), want(m * n);
         linear(x.data(), m, w.packed, bias.data(), y.data());
@@ -171,8 +173,8 @@ TEST_P(LinearPackedWidened, PanelsAreTheirPromisedFmaChainBitForBit) {
             float acc = 0.0f;
             for (int64_t p = 0; p < k / 2; ++p) {
               acc = std::fma(x[r * k + 2 * p], bf16_to_f32(w.row_major[c * k + 2 * p]), acc);
-              acc = std::fma(x[r * k + 2 * p + 1], bf16_to_f32(w.row_major[c * k + 2 * p + 1]),
-                             acc);
+              acc =
+                  std::fma(x[r * k + 2 * p + 1], bf16_to_f32(w.row_major[c * k + 2 * p + 1]), acc);
             }
             want[r * n + c] = acc + bias[c];
           }
@@ -186,17 +188,17 @@ TEST_P(LinearPackedWidened, PanelsAreTheirPromisedFmaChainBitForBit) {
 TEST_P(LinearPacked, LinearMultiMixingPackedAndRowMajorEqualsSeparateCalls) {
   std::mt19937 rng(24);
   const int64_t k = 96, m = 9;
-  PackedPair a(100, k, rng), b(64, k, rng);
+  PackedPair a(100, k, rng), b(48, k, rng);
   const auto row_major = to_bf16(random_vec(40 * k, rng));
   const Matrix c{row_major.data(), DType::BF16, 40, k};
   const auto x = random_vec(m * k, rng);
   const auto bias = random_vec(100, rng);
-  std::vector<float> ya(m * 100), yb(m * 64), yc(m * 40);
+  std::vector<float> ya(m * 100), yb(m * 48), yc(m * 40);
   const LinearOutput outs[3] = {{&a.packed, bias.data(), ya.data()},
                                 {&b.packed, nullptr, yb.data()},
                                 {&c, nullptr, yc.data()}};
   linear_multi(x.data(), m, outs, 3);
-  std::vector<float> ea(m * 100), eb(m * 64), ec(m * 40);
+  std::vector<float> ea(m * 100), eb(m * 48), ec(m * 40);
   linear(x.data(), m, a.packed, bias.data(), ea.data());
   linear(x.data(), m, b.packed, nullptr, eb.data());
   linear(x.data(), m, c, nullptr, ec.data());
@@ -208,7 +210,7 @@ TEST_P(LinearPacked, LinearMultiMixingPackedAndRowMajorEqualsSeparateCalls) {
 TEST_P(LinearPacked, EmbeddingOfAPackedTableEqualsTheRowMajorOne) {
   std::mt19937 rng(25);
   PackedPair table(150, 12, rng);  // a tied LM head's packed copy
-  const int32_t ids[] = {0, 63, 64, 149, 7};
+  const int32_t ids[] = {0, 47, 48, 149, 7};
   std::vector<float> got(5 * 12), want(5 * 12);
   embedding(ids, 5, table.packed, got.data());
   ref::embedding(ids, 5, table.source, want.data());
@@ -235,7 +237,7 @@ TEST_P(LinearPacked, Int8PanelsEqualRowMajorInt8BitForBit) {
       ASSERT_TRUE(packed.packed);
       for (int64_t r = 0; r < n; r += 7) {
         for (int64_t c = 0; c < k; ++c) {
-          ASSERT_EQ(panels[packed_index(r, c, k, DType::I8)], q[r * k + c]) << r << "," << c;
+          ASSERT_EQ(panels[packed_index(r, c, n, k, DType::I8)], q[r * k + c]) << r << "," << c;
         }
       }
       const auto bias = random_vec(n, rng);

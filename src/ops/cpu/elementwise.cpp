@@ -99,7 +99,8 @@ void embedding(const int32_t* ids, int64_t m, const Matrix& table, float* out) {
     float* o = out + i * d;
     if (table.packed) {  // a tied LM head's packed copy: one column of its panel
       const auto* words = static_cast<const uint16_t*>(table.data);
-      for (int64_t j = 0; j < d; ++j) o[j] = bf16_to_f32(words[packed_index(ids[i], j, d)]);
+      for (int64_t j = 0; j < d; ++j)
+        o[j] = bf16_to_f32(words[packed_index(ids[i], j, table.rows, d)]);
     } else if (table.dtype == DType::BF16) {
       const auto* row = static_cast<const uint16_t*>(table.data) + int64_t{ids[i]} * d;
       for (int64_t j = 0; j < d; ++j) o[j] = bf16_to_f32(row[j]);

@@ -120,7 +120,7 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   // Output i owns units [unit_begin[i], unit_begin[i + 1]) of the split; a
   // unit is kColumnUnit columns, or one panel of packed weights.
   static_assert(kColumnUnit == cpu::kI8ColumnUnit);
-  auto unit_cols = [](const Matrix& w) { return w.packed ? kPackedCols : kColumnUnit; };
+  auto unit_cols = [](const Matrix& w) { return w.packed ? packed_cols(w.dtype) : kColumnUnit; };
   int64_t unit_begin[kMaxLinearOutputs + 1] = {0};
   for (int i = 0; i < count; ++i) {
     const Matrix& w = *outs[i].w;

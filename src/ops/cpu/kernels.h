@@ -332,8 +332,9 @@ void linear_packed(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, i
                    int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1);
 // A flash-attention tile (flash_attention_avx512bf16.cpp).
 void flash_attention(const AttentionTile& a, float* scratch);
-// One panel from `count` (<= kPackedCols) row-major rows of `pairs` words.
-void pack_panel(const uint32_t* rows, int64_t count, int64_t pairs, uint32_t* panel);
+// One panel of `cols` (a multiple of 16) columns from `count` (<= cols)
+// row-major rows of `pairs` words.
+void pack_panel(const uint32_t* rows, int64_t count, int64_t pairs, int64_t cols, uint32_t* panel);
 }  // namespace avx512bf16_impl
 
 // KernelTable::linear_bf16_packed_f32 of AVX2 and of AVX-512 without BF16

@@ -32,23 +32,26 @@ Matrix pack_matrix(const Matrix& src, void* out) {
   // The AVX-512 gather packer where the selected kernels are AVX-512 BF16
   // ones (it needs AVX-512F); the plain loop elsewhere.
   [[maybe_unused]] const bool gather = cpu::active_kernels().linear_bf16_packed != nullptr;
-  parallel_for(packed_panels(src.rows), 1, [&](int64_t p0, int64_t p1) {
+  const int64_t full = packed_cols(src.dtype);
+  parallel_for(packed_panels(src.rows, src.dtype), 1, [&](int64_t p0, int64_t p1) {
     for (int64_t panel = p0; panel < p1; ++panel) {
-      uint32_t* dst = words + panel * words_per_row * kPackedCols;
-      const int64_t row0 = panel * kPackedCols;
-      const int64_t count = std::min(kPackedCols, src.rows - row0);
+      uint32_t* dst = words + panel * words_per_row * full;
+      const int64_t row0 = panel * full;
+      const int64_t count = std::min(full, src.rows - row0);
+      const int64_t cols = packed_panel_cols(src.rows, panel, src.dtype);
 #if defined(__x86_64__)  // the only gather packer: avx512bf16's
       if (gather) {
-        cpu::avx512bf16_impl::pack_panel(in + row0 * words_per_row, count, words_per_row, dst);
+        cpu::avx512bf16_impl::pack_panel(in + row0 * words_per_row, count, words_per_row, cols,
+                                         dst);
         continue;
       }
 #endif
       // memcpy: a checkpoint's bf16 tensor may be only 2-byte aligned.
       for (int64_t p = 0; p < words_per_row; ++p) {
-        for (int64_t c = 0; c < kPackedCols; ++c) {
+        for (int64_t c = 0; c < cols; ++c) {
           uint32_t word = 0;
           if (c < count) std::memcpy(&word, in + (row0 + c) * words_per_row + p, sizeof word);
-          dst[p * kPackedCols + c] = word;
+          dst[p * cols + c] = word;
         }
       }
     }
@@ -66,15 +69,16 @@ void linear_packed_portable(const float* x, int64_t m, const Matrix& w, int64_t 
   const int64_t k = w.cols, words_per_row = k / 2;
   const auto* words = static_cast<const uint16_t*>(w.data);
   for (int64_t panel = p0; panel < p1; ++panel) {
-    const uint16_t* base = words + panel * words_per_row * kPackedCols * 2;
-    const int64_t c0 = panel * kPackedCols;
-    const int64_t cols = w.rows - c0 < kPackedCols ? w.rows - c0 : kPackedCols;
+    const uint16_t* base = words + panel * words_per_row * kPackedColsBf16 * 2;
+    const int64_t c0 = panel * kPackedColsBf16;
+    const int64_t cols = w.rows - c0 < kPackedColsBf16 ? w.rows - c0 : kPackedColsBf16;
+    const int64_t width = packed_panel_cols(w.rows, panel, DType::BF16);
     for (int64_t r = 0; r < m; ++r) {
-      float acc[kPackedCols] = {};
+      float acc[kPackedColsBf16] = {};
       const float* xr = x + r * k;
       for (int64_t p = 0; p < words_per_row; ++p) {
-        const uint16_t* pair_row = base + p * kPackedCols * 2;
-        for (int64_t c = 0; c < kPackedCols; ++c) {
+        const uint16_t* pair_row = base + p * width * 2;
+        for (int64_t c = 0; c < width; ++c) {
           acc[c] += xr[2 * p] * bf16_to_f32(pair_row[2 * c]) +
                     xr[2 * p + 1] * bf16_to_f32(pair_row[2 * c + 1]);
         }

@@ -7,8 +7,9 @@
 namespace pagoda::ops::avx2 {
 // 16 ymm registers: 5 rows x 2 vectors = 10 accumulators, the 2 vectors'
 // even and odd weights (4) and one row's 2 broadcast activations (the
-// mask is a memory operand). A lone row (decode) takes the whole panel
-// row: 8 accumulators. (4 x 2 reached ~75% of the FMA peak at m = 512 on
+// mask is a memory operand); a panel row's 6 vectors are 3 such column
+// groups. A lone row (decode) takes the whole panel row: 6 accumulators.
+// (With 64-column panels, 4 x 2 reached ~75% of the FMA peak at m = 512 on
 // Zen 5, 6 rows x 1 vector at a time ~68%, this ~83%.)
 constexpr int kWidenTileRows = 5, kWidenTileVectors = 2;
 // Pairs per k block: a column group's block (kBlockPairs x 64 bytes,

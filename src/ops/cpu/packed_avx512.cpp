@@ -6,16 +6,16 @@
 #include "ops/cpu/vec_avx512.h"
 
 namespace pagoda::ops::avx512 {
-// 32 zmm registers: 4 rows x the panel row's 4 vectors = 16 accumulators,
-// the 4 vectors' even and odd weights (8) and one row's 2 broadcasts. On
-// Zen 5 (--isa avx512, one thread's CPU clock, k 1024, n 3072) this ran at
-// 85-88% of the FMA peak at m = 32 and 64, 90-92% at m = 512; 5 x 4 and
-// 6 x 4 within noise of it, 8 x 2 74-84%, 12 x 2 80-84%. A lone row
-// (decode) is the same 4-vector tile.
-constexpr int kWidenTileRows = 4, kWidenTileVectors = 4;
-// Pairs per k block: a block of the panel (kBlockPairs x 256 bytes, 32 KiB)
+// 32 zmm registers: 6 rows x the panel row's 3 vectors = 18 accumulators,
+// the 3 vectors' even and odd weights (6) and one row's 2 broadcasts. (With
+// 64-column panels, 4 x 4 ran at 85-88% of the FMA peak at m = 32 and 64,
+// 90-92% at m = 512 on Zen 5, --isa avx512, one thread's CPU clock; 5 x 4
+// and 6 x 4 within noise of it, 8 x 2 74-84%.) A lone row (decode) is the
+// same 3-vector tile.
+constexpr int kWidenTileRows = 6, kWidenTileVectors = 3;
+// Pairs per k block: a block of the panel (kBlockPairs x 192 bytes, 24 KiB)
 // stays in L1/L2 while every row tile passes over it (64 pairs measured
-// the same to 5% lower).
+// the same to 5% lower with 64-column panels).
 constexpr int64_t kWidenBlockPairs = 128;
 }  // namespace pagoda::ops::avx512
 

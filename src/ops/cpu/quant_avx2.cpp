@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "ops/cpu/quant_kernels.h"
+#include "ops/packed.h"
 
 #define PAGODA_QISA quant_avx2
 #define PAGODA_QTARGET __attribute__((target("avx2,fma")))
@@ -122,8 +123,8 @@ PAGODA_QTARGET inline void dot_step(const int8_t* x, int64_t x_stride, const int
   __m256i xv[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    xv[r] = _mm256_xor_si256(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * x_stride)), flip);
+    xv[r] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * x_stride)),
+                             flip);
   }
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) {
@@ -229,6 +230,7 @@ struct VnniDot {
 };
 
 constexpr int kPanelCols = 64, kPanelVectors = 8;
+static_assert(kPanelCols == kPackedColsI8, "the int8 panels of ops/packed.h");
 constexpr int64_t kQuadStride = 4 * kPanelCols;  // bytes per quad row of a panel
 
 // dots[r][8 * (v0 + v) + j] = exact (x + offset) row r . panel column, for
@@ -315,8 +317,7 @@ PAGODA_PACKED_AVX2 __attribute__((flatten)) void linear_i8_packed_avx2(
     const int8_t* qx, const float* x_scales, int64_t m, const int8_t* w, const float* w_scales,
     const int32_t* row_sums, int64_t k, int64_t n, int64_t ldy, const float* bias, float* y,
     int64_t p0, int64_t p1) {
-  linear_i8_packed<MaddubsDot>(qx, x_scales, m, w, w_scales, row_sums, k, n, ldy, bias, y, p0,
-                               p1);
+  linear_i8_packed<MaddubsDot>(qx, x_scales, m, w, w_scales, row_sums, k, n, ldy, bias, y, p0, p1);
 }
 
 PAGODA_PACKED_VNNI __attribute__((flatten)) void linear_i8_packed_vnni(

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ops/cpu/quant_kernels.h"
+#include "ops/packed.h"
 
 #define PAGODA_QISA quant_avx512
 #define PAGODA_QTARGET \
@@ -112,6 +113,7 @@ PAGODA_QTARGET inline void quantize_row(const float* x, int64_t k, float inv, in
 
 // ---- Packed weights (ops/packed.h) ---------------------------------------
 constexpr int kPanelCols = 64, kPanelVectors = 4, kPanelRows = 6;  // 24 int32 accumulators
+static_assert(kPanelCols == kPackedColsI8, "the int8 panels of ops/packed.h");
 
 // dots[r][c] = exact x row r . weight column c of one panel, for R rows:
 // per input quad, the panel's 4 vectors times each row's broadcast quad.
@@ -129,11 +131,11 @@ PAGODA_QTARGET inline void panel_dots(const int8_t* x, int64_t k, const int8_t* 
     __m512i w[kPanelVectors];
 #pragma GCC unroll 4
     for (int v = 0; v < kPanelVectors; ++v) w[v] = _mm512_loadu_si512(b + 64 * v);
-    // No software prefetch for decode's lone row: the hardware prefetchers
-    // stream a panel alone. On Zen 4 asking for the lines 8 KiB ahead cost
-    // 2-15 points against the read probe (micro-bench and engine A/B,
-    // bench/every_cpu.md session 20); on Zen 5 every distance and hint,
-    // none included, was within 2% (session 18).
+      // No software prefetch for decode's lone row: the hardware prefetchers
+      // stream a panel alone. On Zen 4 asking for the lines 8 KiB ahead cost
+      // 2-15 points against the read probe (micro-bench and engine A/B,
+      // bench/every_cpu.md session 20); on Zen 5 every distance and hint,
+      // none included, was within 2% (session 18).
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       uint32_t quad;

@@ -21,10 +21,11 @@ void packed_i8_portable(const int8_t* qx, const float* x_scales, int64_t m, cons
                         int64_t ldy, const float* bias, float* y, int64_t p0, int64_t p1) {
   const auto* wq = static_cast<const int8_t*>(w.data);
   const int64_t k = w.cols;
-  for (int64_t c = p0 * kPackedCols; c < std::min(w.rows, p1 * kPackedCols); ++c) {
+  for (int64_t c = p0 * kPackedColsI8; c < std::min(w.rows, p1 * kPackedColsI8); ++c) {
     for (int64_t r = 0; r < m; ++r) {
       int32_t dot = 0;
-      for (int64_t i = 0; i < k; ++i) dot += qx[r * k + i] * wq[packed_index(c, i, k, DType::I8)];
+      for (int64_t i = 0; i < k; ++i)
+        dot += qx[r * k + i] * wq[packed_index(c, i, w.rows, k, DType::I8)];
       y[r * ldy + c] = cpu::dequantize(dot, x_scales[r], w.scales[c], bias ? bias + c : nullptr);
     }
   }
@@ -47,7 +48,7 @@ void linear_i8_quantized(const int8_t* qx, const float* x_scales, int64_t m, con
   cpu::check_i8(w);
   if (ldy == 0) ldy = w.rows;
   PAGODA_CHECK(ldy >= w.rows, "linear: output stride {} < {} rows", ldy, w.rows);
-  const int64_t unit = w.packed ? kPackedCols : cpu::kI8ColumnUnit;
+  const int64_t unit = w.packed ? kPackedColsI8 : cpu::kI8ColumnUnit;
   const int64_t units = (w.rows + unit - 1) / unit;
   // A unit is worth a thread when it carries ~64K multiply-adds.
   const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, unit * w.cols * m));
