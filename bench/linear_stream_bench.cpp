@@ -11,7 +11,7 @@
 // Not wired into CMake; build against a build tree's libraries, e.g.
 //   g++ -O2 -std=c++20 -fopenmp -Isrc bench/linear_stream_bench.cpp build/libpagoda_models.a \
 //       build/libpagoda_ops.a build/libpagoda_core.a -lfmt -o /tmp/linear_stream_bench
-//   /tmp/linear_stream_bench [threads] [m] [passes] [bf16|int8] [isa]
+//   [STEPS=N] /tmp/linear_stream_bench [threads] [m] [passes] [bf16|int8] [isa]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -116,7 +116,10 @@ int main(int argc, char** argv) {
   const PackedMatrix head(vocab, hidden);
   std::vector<float> x(m * inter, 0.01f), yq(m * q), yk(m * kv), yv(m * kv), yo(m * hidden),
       ygu(m * 2 * inter), yd(m * hidden), yh(m * vocab);
-  const int steps = m == 1 ? 10 : 2;
+  // STEPS=N: steps per pass (a pass reports their median; 2 at m > 1 is a
+  // mean of two, too noisy to compare kernels).
+  const int steps = std::getenv("STEPS") ? std::max(1, std::atoi(std::getenv("STEPS")))
+                                         : (m == 1 ? 10 : 2);
   std::printf("threads %d, m %lld, %s weights (%s kernels), %.2f GB per step\n", num_threads(),
               (long long)m, g_int8 ? "int8" : "bf16", ops::isa_name(ops::current_isa()),
               weights * 1e-9);
