@@ -20,15 +20,16 @@
 // threads: ~13% faster as 8 x 3, bench/batched_decode.md, session 22).
 //
 // AVX2 (packed_avx2.cpp) reads the same panels: a 256-bit load is 8
-// columns' pairs (6 per pair row), and the even / odd inputs' weights are the words shifted
-// left by 16 / masked to their high half, exact f32s, so it streams
-// broadcast f32 activations through FMAs the same way.
+// columns' pairs (6 loads per pair row), and the even / odd inputs'
+// weights are the words shifted left by 16 / masked to their high half,
+// exact f32s, so it streams broadcast f32 activations through FMAs the
+// same way.
 //
 // int8 weights (ops/quant.h) pack the same way with 4 inputs per 32-bit
-// word in panels of kPackedColsI8 = 64 ([cols / 4][64][4], for vpdpbusd, and AVX2's vpmaddubsw +
-// vpmaddwd, which sum the same 4 products); their scales and row
-// sums stay per row. Rows past `rows` in the last panel are zero; cols
-// must be a multiple of the inputs per word.
+// word, in panels of kPackedColsI8 = 64 columns ([cols / 4][64][4], for
+// vpdpbusd, and AVX2's vpmaddubsw + vpmaddwd, which sum the same 4
+// products); their scales and row sums stay per row. Rows past `rows` in
+// the last panel are zero; cols must be a multiple of the inputs per word.
 #pragma once
 
 #include <cstddef>

@@ -30,7 +30,7 @@ static_assert(kPanelVectors % kWidenTileVectors == 0);
 // bf16 elements per pair row of a panel of PV vectors (kPanelVectors, or
 // fewer for a matrix's narrower last panel).
 template <int PV>
-constexpr int64_t kPairStride = PV* kLanes * 2;
+constexpr int64_t kPairStride = int64_t{PV} * kLanes * 2;
 // A column group's vectors in a panel of PV: kWidenTileVectors where they
 // divide it, else the whole (narrower) panel.
 template <int PV>
@@ -38,11 +38,11 @@ constexpr int kGroupVectors = PV % kWidenTileVectors == 0 ? kWidenTileVectors : 
 
 // Cache lines of one pair row's V vectors.
 template <int V>
-constexpr int kLinesPerPair = V* kLanes * 4 / 64 > 0 ? V* kLanes * 4 / 64 : 1;
+constexpr int kLinesPerPair = (V * kLanes * 4 + 63) / 64;
 
 // acc[r][v] (+)= sum over pairs [p0, p1) of x row r's pair times vectors
-// [v0, v0 + V) of the pair rows of a panel of PV vectors; y rows at y + r * ldy (columns
-// from the panel's first). Meanwhile the first ahead_pairs pairs of the
+// [v0, v0 + V) of the pair rows of a panel of PV vectors; y rows at
+// y + r * ldy (columns from the panel's first). Meanwhile the first ahead_pairs pairs of the
 // next column group (same layout, from `ahead`) are asked for, so a small
 // batch's first tile of a group does not wait on memory. Not inlined, as
 // packed_avx512bf16.cpp's tile.
