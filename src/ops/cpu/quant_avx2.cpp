@@ -229,8 +229,8 @@ struct VnniDot {
   }
 };
 
-constexpr int kPanelCols = 64, kPanelVectors = 8;
-static_assert(kPanelCols == kPackedColsI8, "the int8 panels of ops/packed.h");
+constexpr int kPanelCols = kPackedColsI8;  // ops/packed.h
+constexpr int kPanelVectors = kPanelCols / 8;
 constexpr int64_t kQuadStride = 4 * kPanelCols;  // bytes per quad row of a panel
 
 // dots[r][8 * (v0 + v) + j] = exact (x + offset) row r . panel column, for

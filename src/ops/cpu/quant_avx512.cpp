@@ -112,8 +112,8 @@ PAGODA_QTARGET inline void quantize_row(const float* x, int64_t k, float inv, in
 }
 
 // ---- Packed weights (ops/packed.h) ---------------------------------------
-constexpr int kPanelCols = 64, kPanelVectors = 4, kPanelRows = 6;  // 24 int32 accumulators
-static_assert(kPanelCols == kPackedColsI8, "the int8 panels of ops/packed.h");
+constexpr int kPanelCols = kPackedColsI8;                       // ops/packed.h
+constexpr int kPanelVectors = kPanelCols / 16, kPanelRows = 6;  // 24 int32 accumulators
 
 // dots[r][c] = exact x row r . weight column c of one panel, for R rows:
 // per input quad, the panel's 4 vectors times each row's broadcast quad.
