@@ -116,7 +116,7 @@ class Pool {
       e = n_ * (c + 1) / chunks_;
       return true;
     }
-    const auto share = static_cast<int64_t>(workers_.size() + 1);
+    const auto share = static_cast<int64_t>(2 * (workers_.size() + 1));  // see parallel.h
     b = next_.load(std::memory_order_relaxed);
     do {
       if (b >= n_) return false;
