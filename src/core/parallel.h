@@ -63,7 +63,7 @@ void parallel_for(int64_t n, int64_t min_per_thread, Fn&& fn) {
 // n / (4 x threads), with about as few chunks. Not OpenMP's 1/threads
 // share: its first claim is half of the work, and two threads streaming
 // equal halves of a decode linear finish 12% or more apart in a quarter of
-// the linears, 35% in a tenth (bench/batched_decode.md, session 23): the
+// the linears, 35% in a tenth (bench/every_cpu.md, session 23): the
 // thread that is done first then idles. Runs in parallel when
 // n >= min_per_thread * 2, like parallel_for.
 template <typename Fn>

@@ -53,10 +53,10 @@ TEST(Parallel, TaperedCoversEveryIndexOnce) {
   }
 }
 
-// The guided schedule: in order of position, each chunk is a
-// 1/(2 x threads) share of what was left (so never larger than the one before), the
-// smallest are min_chunk long, and the boundaries do not depend on which
-// thread claimed what.
+// The guided schedule: in order of position, each chunk is a 1/(2 x
+// threads) share of what was left (so never larger than the one before),
+// the smallest are min_chunk long (the last one what is left), and the
+// boundaries do not depend on which thread claimed what.
 TEST(Parallel, TaperedChunksShrinkToMinChunk) {
   ScopedThreads threads(2);
   const int64_t n = 1000, min_chunk = 4;
@@ -77,7 +77,6 @@ TEST(Parallel, TaperedChunksShrinkToMinChunk) {
   }
   EXPECT_EQ(at, n);
   EXPECT_EQ(chunks.front().second, n / 4);
-  // The smallest chunks are min_chunk long; the last one may be what is left.
   EXPECT_EQ(chunks[chunks.size() - 2].second - chunks[chunks.size() - 2].first, min_chunk);
   EXPECT_LE(chunks.back().second - chunks.back().first, min_chunk);
 }
