@@ -9,6 +9,7 @@ looked at it and ran out of chunks, and when it ended. With 2 threads:
 
     git apply bench/pool_trace.patch && cmake --build build --target pagoda
     cp build/pagoda /tmp/pagoda-trace && git checkout src/core/parallel.cpp
+    cmake --build build   # back to the untraced build
     PAGODA_POOL_TRACE=/tmp/trace.bin /tmp/pagoda-trace bench latency \\
         --model /tmp/qwen3-0.6b-random --max-model-len 1024 --threads 2 \\
         --kv-cache-memory 400000000 --quantization int8 --input-len 128 \\
