@@ -58,8 +58,15 @@ bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
 // worker announces itself in `active_` and re-checks the generation before
 // reading the job (the caller closes the job, then waits for active_ == 0
 // before writing the next one), so a late worker never reads a half-written
-// job. Chunks are claimed on `next_` (see claim); the caller returns when
-// `done_` (items done) reaches n.
+// job. Chunks are claimed as `claim` says; each thread counts the items it
+// ran in its own slot, and the caller returns when their sum reaches what
+// all jobs so far handed out.
+//
+// Per chunk, a thread touches only its own slot's cache line unless it
+// steals. Where the two vCPUs sit on different CCDs, a line the other core
+// wrote last costs a ~250 ns transfer, and a shared counter bumped by both
+// after every chunk (as `next_` and a shared done count were for tapered
+// jobs) cost one such stall per chunk (bench/every_cpu.md, session 24).
 //
 // Workers start from generation 0, not from the value when their thread
 // first runs: a thread the OS starts late (after a whole job, or after the
@@ -70,7 +77,8 @@ bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
 class Pool {
  public:
   explicit Pool(int threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    slots_ = std::make_unique<Slot[]>(static_cast<size_t>(threads));
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
   }
 
   ~Pool() {
@@ -83,18 +91,29 @@ class Pool {
 
   void run(int64_t n, int64_t chunks, int64_t min_chunk, detail::ChunkFn fn, void* ctx) {
     wait_inactive();
+    const int64_t threads = static_cast<int64_t>(workers_.size()) + 1;
+    if (min_chunk > 0 && n > int64_t{0xffffffff}) {  // regions hold 32-bit bounds
+      min_chunk = 0;
+      chunks = 4 * threads;
+    }
     n_ = n;
     chunks_ = chunks;
     min_chunk_ = min_chunk;
     fn_ = fn;
     ctx_ = ctx;
     next_.store(0, std::memory_order_relaxed);
-    done_.store(0, std::memory_order_relaxed);
+    if (min_chunk > 0) {  // each thread's region of a tapered job
+      for (int64_t t = 0; t < threads; ++t)
+        slots_[t].region.store(pack(n * t / threads, n * (t + 1) / threads),
+                               std::memory_order_relaxed);
+    }
+    handed_out_ += n;
     const uint64_t open = gen_.load(std::memory_order_relaxed) + 1;
     gen_.store(open);  // seq_cst: publishes the job
     wake_all();
-    if (claim_and_run() < n) {
-      auto all_done = [&] { return done_.load(std::memory_order_acquire) >= n; };
+    claim_and_run(0);
+    auto all_done = [&] { return items_done() >= handed_out_; };
+    if (!all_done()) {
       if (!spin_until(all_done, kCallerSpin)) {
         while (!all_done()) std::this_thread::yield();
       }
@@ -104,11 +123,18 @@ class Pool {
   }
 
  private:
-  // Claims the next chunk into [b, e); false when none is left. Equal
-  // chunks are claimed by index (next_ counts chunks); tapered ones by
-  // position (next_ is where the next chunk begins), so their boundaries
-  // do not depend on which thread claims first.
-  bool claim(int64_t& b, int64_t& e) {
+  // A tapered job's region [lo, hi) of one thread, in one word so that its
+  // owner (from the front) and a thief (from the back) claim with one CAS.
+  static uint64_t pack(int64_t lo, int64_t hi) {
+    return static_cast<uint64_t>(lo) | static_cast<uint64_t>(hi) << 32;
+  }
+  static int64_t lo_of(uint64_t v) { return static_cast<int64_t>(v & 0xffffffffu); }
+  static int64_t hi_of(uint64_t v) { return static_cast<int64_t>(v >> 32); }
+
+  // Claims the next chunk into [b, e) for thread `self` (0 is the caller);
+  // false when none is left. Equal chunks are claimed by index (next_
+  // counts chunks). Tapered ones: see parallel.h.
+  bool claim(int self, int64_t& b, int64_t& e) {
     if (min_chunk_ == 0) {
       const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
       if (c >= chunks_) return false;
@@ -116,29 +142,65 @@ class Pool {
       e = n_ * (c + 1) / chunks_;
       return true;
     }
-    const auto share = static_cast<int64_t>(2 * (workers_.size() + 1));  // see parallel.h
-    b = next_.load(std::memory_order_relaxed);
-    do {
-      if (b >= n_) return false;
-      e = std::min(n_, b + std::max(min_chunk_, (n_ - b) / share));
-    } while (!next_.compare_exchange_weak(b, e, std::memory_order_relaxed));
-    return true;
+    std::atomic<uint64_t>& own = slots_[self].region;
+    uint64_t v = own.load(std::memory_order_relaxed);
+    while (lo_of(v) < hi_of(v)) {  // a quarter of what is left of its own region
+      const int64_t lo = lo_of(v), left = hi_of(v) - lo;
+      const int64_t take = std::min(left, std::max(min_chunk_, left / 4));
+      if (own.compare_exchange_weak(v, pack(lo + take, hi_of(v)), std::memory_order_relaxed)) {
+        b = lo;
+        e = lo + take;
+        return true;
+      }
+    }
+    for (;;) {  // then half of what is left of the fullest other region, from its back
+      const int threads = static_cast<int>(workers_.size()) + 1;
+      int victim = -1;
+      int64_t most = 0;
+      for (int t = 0; t < threads; ++t) {
+        const uint64_t r = slots_[t].region.load(std::memory_order_relaxed);
+        if (t != self && hi_of(r) - lo_of(r) > most) {
+          victim = t;
+          most = hi_of(r) - lo_of(r);
+        }
+      }
+      if (victim < 0) return false;
+      std::atomic<uint64_t>& region = slots_[victim].region;
+      v = region.load(std::memory_order_relaxed);
+      const int64_t left = hi_of(v) - lo_of(v);
+      if (left <= 0) continue;
+      const int64_t take = std::min(left, std::max(min_chunk_, left / 2));
+      if (region.compare_exchange_weak(v, pack(lo_of(v), hi_of(v) - take),
+                                       std::memory_order_relaxed)) {
+        b = hi_of(v) - take;
+        e = hi_of(v);
+        return true;
+      }
+    }
   }
 
-  // Runs chunks until none are left; returns the number of items done in
-  // total once this thread found none left (a lower bound).
-  int64_t claim_and_run() {
+  // Items run by every thread since the pool started.
+  int64_t items_done() const {
+    int64_t sum = 0;
+    for (size_t t = 0; t <= workers_.size(); ++t)
+      sum += slots_[t].done.load(std::memory_order_acquire);
+    return sum;
+  }
+
+  // Runs chunks until none are left, counting them in its slot.
+  void claim_and_run(int self) {
     int64_t b, e;
-    while (claim(b, e)) {
+    std::atomic<int64_t>& done = slots_[self].done;
+    while (claim(self, b, e)) {
       try {
         fn_(ctx_, b, e);
       } catch (...) {  // the caller rethrows the first one once every chunk is done
         std::lock_guard lock(error_mutex_);
         if (!error_) error_ = std::current_exception();
       }
-      done_.fetch_add(e - b, std::memory_order_release);
+      // Only this thread writes its count: a plain store, no locked op.
+      done.store(done.load(std::memory_order_relaxed) + (e - b), std::memory_order_release);
     }
-    return done_.load(std::memory_order_acquire);
   }
 
   void wake_all() {
@@ -150,7 +212,7 @@ class Pool {
     while (active_.load() != 0) cpu_relax();
   }
 
-  void work() {
+  void work(int self) {
     uint64_t seen = 0;  // see the class comment
     for (;;) {
       if (stop_.load()) return;
@@ -164,7 +226,7 @@ class Pool {
       seen = g;
       if (g % 2 == 0) continue;  // closed before we looked
       active_.fetch_add(1);      // seq_cst, then re-check: see the class comment
-      if (gen_.load() == g) claim_and_run();
+      if (gen_.load() == g) claim_and_run(self);
       active_.fetch_sub(1);
     }
   }
@@ -173,7 +235,15 @@ class Pool {
   std::atomic<uint64_t> gen_{0};
   std::atomic<int> active_{0};
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> next_{0}, done_{0};
+  // Per thread (0 is the caller), one cache line each: a tapered job's
+  // region, and the items it has run.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> region{0};
+    std::atomic<int64_t> done{0};
+  };
+  std::unique_ptr<Slot[]> slots_;
+  int64_t handed_out_ = 0;  // items of all jobs so far (the caller's alone)
+  std::atomic<int64_t> next_{0};
   int64_t n_ = 0, chunks_ = 0, min_chunk_ = 0;
   detail::ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;

@@ -18,8 +18,7 @@ int num_threads();
 namespace detail {
 using ChunkFn = void (*)(void* ctx, int64_t begin, int64_t end);
 // Runs fn on disjoint chunks covering [0, n) on the pool's threads: `chunks`
-// equal ones, or (min_chunk > 0) tapered ones, each claim taking a
-// 1/(2 x threads) share of what is left but at least min_chunk.
+// equal ones, or (min_chunk > 0) tapered ones (parallel_for_tapered).
 void run_parallel(int64_t n, int64_t chunks, int64_t min_chunk, ChunkFn fn, void* ctx);
 }  // namespace detail
 
@@ -56,15 +55,17 @@ void parallel_for(int64_t n, int64_t min_per_thread, Fn&& fn) {
 }
 
 // parallel_for for a stream whose threads may run at different speeds (a
-// decode linear: each thread's share of the memory bandwidth varies):
-// chunks shrink toward the end (a guided schedule: each claim a
-// 1/(2 x threads) share of what is left, down to min_chunk), so the
-// threads finish within one small chunk of each other instead of one of
-// n / (4 x threads), with about as few chunks. Not OpenMP's 1/threads
-// share: its first claim is half of the work, and two threads streaming
-// equal halves of a decode linear finish 12% or more apart in a quarter of
-// the linears, 35% in a tenth (bench/every_cpu.md, session 23): the
-// thread that is done first then idles. Runs in parallel when
+// decode linear: each thread's share of the memory bandwidth varies).
+// Thread t of T owns the region [n t / T, n (t + 1) / T) and claims it from
+// the front, each claim a quarter of what is left of it (at least
+// min_chunk); a thread whose region is done takes half of what is left of
+// the fullest other region, from its back. So the threads finish within
+// one small chunk of each other (two threads streaming fixed halves of a
+// decode linear finish 12% or more apart in a quarter of the linears:
+// bench/every_cpu.md, session 23), each streams one run of addresses, and
+// a claim touches no cache line the other thread wrote unless it takes
+// from that thread's region (bench/every_cpu.md, session 24). Which
+// thread runs which items depends on timing. Runs in parallel when
 // n >= min_per_thread * 2, like parallel_for.
 template <typename Fn>
 void parallel_for_tapered(int64_t n, int64_t min_per_thread, int64_t min_chunk, Fn&& fn) {

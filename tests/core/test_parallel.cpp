@@ -53,32 +53,60 @@ TEST(Parallel, TaperedCoversEveryIndexOnce) {
   }
 }
 
-// The guided schedule: in order of position, each chunk is a 1/(2 x
-// threads) share of what was left (so never larger than the one before),
-// the smallest are min_chunk long (the last one what is left), and the
-// boundaries do not depend on which thread claimed what.
-TEST(Parallel, TaperedChunksShrinkToMinChunk) {
+// Tapered jobs: thread t owns [n t / T, n (t + 1) / T) and claims it from
+// the front, each claim a quarter of what is left of it (at least
+// min_chunk), so the caller's chunks in its region run one after another
+// from 0 and never grow. (A thread only takes from another's region at its
+// back, below.)
+TEST(Parallel, TaperedChunksRunEachRegionFromItsFront) {
   ScopedThreads threads(2);
-  const int64_t n = 1000, min_chunk = 4;
-  std::mutex mutex;
-  std::vector<std::pair<int64_t, int64_t>> chunks;
+  const int64_t n = 1000, min_chunk = 4, region_end = n / 2;
+  const auto caller = std::this_thread::get_id();
+  std::vector<std::pair<int64_t, int64_t>> own;  // only the caller appends
   parallel_for_tapered(n, 1, min_chunk, [&](int64_t b, int64_t e) {
-    std::lock_guard lock(mutex);
-    chunks.emplace_back(b, e);
+    if (std::this_thread::get_id() == caller && b < region_end) own.emplace_back(b, e);
   });
-  std::sort(chunks.begin(), chunks.end());
-  ASSERT_GE(chunks.size(), 3u);
-  int64_t at = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const auto [b, e] = chunks[i];
-    ASSERT_EQ(b, at) << i;
-    EXPECT_EQ(e - b, std::min(n - b, std::max(min_chunk, (n - b) / 4))) << i;
+  ASSERT_FALSE(own.empty());
+  int64_t at = 0, last = region_end;
+  for (const auto& [b, e] : own) {
+    ASSERT_EQ(b, at);
+    EXPECT_LE(e, region_end);
+    EXPECT_LE(e - b, std::max(min_chunk, (region_end - b) / 4));
+    EXPECT_LE(e - b, last);
+    last = e - b;
     at = e;
   }
-  EXPECT_EQ(at, n);
-  EXPECT_EQ(chunks.front().second, n / 4);
-  EXPECT_EQ(chunks[chunks.size() - 2].second - chunks[chunks.size() - 2].first, min_chunk);
-  EXPECT_LE(chunks.back().second - chunks.back().first, min_chunk);
+  EXPECT_LE(own.front().second, region_end / 4);
+}
+
+// A thread whose region is done takes the rest of a slow thread's region
+// (here every chunk a worker runs sleeps) half by half from its back.
+TEST(Parallel, TaperedIdleThreadTakesFromASlowOnesRegion) {
+  ScopedThreads threads(2);
+  const int64_t n = 64;
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int64_t> taken{0};  // items of the worker's region the caller ran
+  parallel_for_tapered(n, 1, 1, [&](int64_t b, int64_t e) {
+    if (std::this_thread::get_id() != caller) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else if (b >= n / 2) {
+      taken.fetch_add(e - b);
+    }
+  });
+  EXPECT_GT(taken.load(), 0);
+}
+
+// Regions hold 32-bit bounds: a longer tapered range runs as equal chunks.
+TEST(Parallel, TaperedBeyond32BitsCoversEveryIndexOnce) {
+  ScopedThreads threads(2);
+  const int64_t n = (int64_t{1} << 32) + 7;
+  std::atomic<int64_t> items{0}, chunks{0};
+  parallel_for_tapered(n, 1, 1 << 20, [&](int64_t b, int64_t e) {
+    items.fetch_add(e - b);
+    chunks.fetch_add(1);
+  });
+  EXPECT_EQ(items.load(), n);
+  EXPECT_EQ(chunks.load(), 8);
 }
 
 TEST(Parallel, UsesMoreThanOneThread) {
