@@ -79,19 +79,21 @@ TEST(Parallel, TaperedChunksRunEachRegionFromItsFront) {
   EXPECT_LE(own.front().second, region_end / 4);
 }
 
-// A thread whose region is done takes the rest of a slow thread's region
-// (here every chunk a worker runs sleeps) half by half from its back.
+// A thread whose region is done takes the rest of a slow thread's region,
+// half by half from its back: here the worker stalls in its first chunk
+// until the caller has taken some of the worker's region (10 s at most).
 TEST(Parallel, TaperedIdleThreadTakesFromASlowOnesRegion) {
   ScopedThreads threads(2);
   const int64_t n = 64;
   const auto caller = std::this_thread::get_id();
   std::atomic<int64_t> taken{0};  // items of the worker's region the caller ran
   parallel_for_tapered(n, 1, 1, [&](int64_t b, int64_t e) {
-    if (std::this_thread::get_id() != caller) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } else if (b >= n / 2) {
-      taken.fetch_add(e - b);
+    if (std::this_thread::get_id() == caller) {
+      if (b >= n / 2) taken.fetch_add(e - b);
+      return;
     }
+    for (int ms = 0; ms < 10000 && taken.load() == 0; ++ms)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
   EXPECT_GT(taken.load(), 0);
 }
