@@ -91,10 +91,9 @@ class Pool {
 
   void run(int64_t n, int64_t chunks, int64_t min_chunk, detail::ChunkFn fn, void* ctx) {
     wait_inactive();
-    const int64_t threads = static_cast<int64_t>(workers_.size()) + 1;
     if (min_chunk > 0 && n > int64_t{0xffffffff}) {  // regions hold 32-bit bounds
       min_chunk = 0;
-      chunks = 4 * threads;
+      chunks = 4 * threads();
     }
     n_ = n;
     chunks_ = chunks;
@@ -103,8 +102,8 @@ class Pool {
     ctx_ = ctx;
     next_.store(0, std::memory_order_relaxed);
     if (min_chunk > 0) {  // each thread's region of a tapered job
-      for (int64_t t = 0; t < threads; ++t)
-        slots_[t].region.store(pack(n * t / threads, n * (t + 1) / threads),
+      for (int t = 0; t < threads(); ++t)
+        slots_[t].region.store(pack(n * t / threads(), n * (t + 1) / threads()),
                                std::memory_order_relaxed);
     }
     handed_out_ += n;
@@ -123,6 +122,9 @@ class Pool {
   }
 
  private:
+  // The caller and the workers.
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
   // A tapered job's region [lo, hi) of one thread, in one word so that its
   // owner (from the front) and a thief (from the back) claim with one CAS.
   static uint64_t pack(int64_t lo, int64_t hi) {
@@ -154,24 +156,21 @@ class Pool {
       }
     }
     for (;;) {  // then half of what is left of the fullest other region, from its back
-      const int threads = static_cast<int>(workers_.size()) + 1;
       int victim = -1;
-      int64_t most = 0;
-      for (int t = 0; t < threads; ++t) {
+      int64_t left = 0;
+      for (int t = 0; t < threads(); ++t) {
         const uint64_t r = slots_[t].region.load(std::memory_order_relaxed);
-        if (t != self && hi_of(r) - lo_of(r) > most) {
+        if (t != self && hi_of(r) - lo_of(r) > left) {
           victim = t;
-          most = hi_of(r) - lo_of(r);
+          v = r;
+          left = hi_of(r) - lo_of(r);
         }
       }
       if (victim < 0) return false;
-      std::atomic<uint64_t>& region = slots_[victim].region;
-      v = region.load(std::memory_order_relaxed);
-      const int64_t left = hi_of(v) - lo_of(v);
-      if (left <= 0) continue;
       const int64_t take = std::min(left, std::max(min_chunk_, left / 2));
-      if (region.compare_exchange_weak(v, pack(lo_of(v), hi_of(v) - take),
-                                       std::memory_order_relaxed)) {
+      // Fails (and the scan runs again) if the region changed since it was read.
+      if (slots_[victim].region.compare_exchange_weak(v, pack(lo_of(v), hi_of(v) - take),
+                                                      std::memory_order_relaxed)) {
         b = hi_of(v) - take;
         e = hi_of(v);
         return true;
@@ -182,8 +181,7 @@ class Pool {
   // Items run by every thread since the pool started.
   int64_t items_done() const {
     int64_t sum = 0;
-    for (size_t t = 0; t <= workers_.size(); ++t)
-      sum += slots_[t].done.load(std::memory_order_acquire);
+    for (int t = 0; t < threads(); ++t) sum += slots_[t].done.load(std::memory_order_acquire);
     return sum;
   }
 
