@@ -161,6 +161,7 @@ class LlamaModel final : public CausalLM {
 
  private:
   void load(const LlamaVariant& variant);
+  void qkv(const LayerWeights& w, const float* mlp_out, int64_t tokens);
   void attention(const LayerWeights& w, const BatchMetadata& batch, const KVGroupMetadata& group,
                  void* k_cache, void* v_cache, const ops::KVLayout& layout, int64_t tokens);
 
@@ -220,16 +221,31 @@ void LlamaModel::load(const LlamaVariant& variant) {
   vocab_.prepare(options_);
 }
 
+// The layer's pre-norm (after adding the previous layer's MLP output
+// mlp_out to the residual stream, unless this is the first layer) and its
+// q/k/v projections.
+void LlamaModel::qkv(const LayerWeights& w, const float* mlp_out, int64_t tokens) {
+  const int64_t h = config_.hidden_size;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const ops::LinearOutput qkv[3] = {{&w.q, w.q_bias, ws_.q.data()},
+                                    {&w.k, w.k_bias, ws_.k.data()},
+                                    {&w.v, w.v_bias, ws_.v.data()}};
+  if (mlp_out == nullptr) {
+    ops::rms_norm(ws_.residual.data(), w.input_norm, tokens, h, eps, ws_.hidden.data());
+    ops::linear_multi(ws_.hidden.data(), tokens, qkv, 3);
+  } else {
+    ops::add_rms_norm_linear(ws_.residual.data(), mlp_out, w.input_norm, tokens, eps,
+                             ws_.hidden.data(), qkv, 3);
+  }
+}
+
+// Attention from the layer's q/k/v on, through o_proj (into ws_.proj).
 void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
                            const KVGroupMetadata& group, void* k_cache, void* v_cache,
                            const ops::KVLayout& layout, int64_t tokens) {
   const ModelConfig& c = config_;
   const int hd = static_cast<int>(c.head_dim);
   const int q_heads = static_cast<int>(shard_.q_heads);
-  const ops::LinearOutput qkv[3] = {{&w.q, w.q_bias, ws_.q.data()},
-                                    {&w.k, w.k_bias, ws_.k.data()},
-                                    {&w.v, w.v_bias, ws_.v.data()}};
-  ops::linear_multi(ws_.hidden.data(), tokens, qkv, 3);
   ops::AttentionInputs in;
   in.q = ws_.q.data();
   in.k = ws_.k.data();
@@ -270,25 +286,23 @@ void LlamaModel::forward(const BatchMetadata& batch, const KVCacheView& kv, floa
   vocab_.embed(batch.token_ids.data(), tokens, ws_.residual.data());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerWeights& w = layers_[i];
-    if (i == 0) {
-      ops::rms_norm(ws_.residual.data(), w.input_norm, tokens, h, eps, ws_.hidden.data());
-    } else {  // residual += previous MLP output, then this layer's pre-norm
-      ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.input_norm, tokens, h, eps,
-                        ws_.hidden.data());
-    }
+    qkv(w, i == 0 ? nullptr : ws_.proj.data(), tokens);
     const auto& caches = kv.layers[i];  // k, v as declared by kv_cache_specs
     attention(w, batch, batch.kv_groups[caches[0].group], caches[0].data, caches[1].data, layout,
               tokens);
-    ops::add_rms_norm(ws_.residual.data(), ws_.proj.data(), w.post_attention_norm, tokens, h, eps,
-                      ws_.hidden.data());
     const int64_t inter = shard_.intermediate;
     const ops::LinearOutput gate_up[2] = {{&w.gate, nullptr, ws_.gate_up.data(), 2 * inter},
                                           {&w.up, nullptr, ws_.gate_up.data() + inter, 2 * inter}};
+    // Slice by slice (rows are independent): residual += attention output,
+    // the post-attention norm and gate/up; then SwiGLU and down, whose
+    // output overwrites the slice's rows of proj only after they are read.
     for (int64_t t0 = 0; t0 < tokens; t0 += kMlpSliceTokens) {
       const int64_t n = std::min(kMlpSliceTokens, tokens - t0);
-      ops::linear_multi(ws_.hidden.data() + t0 * h, n, gate_up, 2);
-      ops::silu_mul(ws_.gate_up.data(), n, inter, ws_.act.data());
-      ops::linear(ws_.act.data(), n, w.down, nullptr, ws_.proj.data() + t0 * h);
+      ops::add_rms_norm_linear(ws_.residual.data() + t0 * h, ws_.proj.data() + t0 * h,
+                               w.post_attention_norm, n, eps, ws_.hidden.data() + t0 * h, gate_up,
+                               2);
+      ops::silu_mul_linear(ws_.gate_up.data(), n, inter, ws_.act.data(),
+                           {&w.down, nullptr, ws_.proj.data() + t0 * h});
     }
     comm_.all_reduce_sum(ws_.proj.data(), tokens * h);  // row-parallel down_proj
   }

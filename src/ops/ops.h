@@ -100,6 +100,19 @@ struct LinearOutput {
 constexpr int kMaxLinearOutputs = 4;
 void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count);
 
+// An op and the linear(s) that read its output, as one call: the same
+// results, bit for bit, as silu_mul (into act) then linear, and as
+// add_rms_norm (residual updated, normed rows into y) then linear_multi
+// of y. Fused because decode rows are converted by every thread for
+// itself (linear_multi's own copy): each thread then computes the rows too,
+// instead of waiting while one thread runs the op and then reading that
+// thread's lines; on a Zen 4 whose two vCPUs sit on two CCDs, each such
+// hop is a few microseconds of a decode step's layer. out.w->cols == inter.
+void silu_mul_linear(const float* gate_up, int64_t m, int64_t inter, float* act,
+                     const LinearOutput& out, float swiglu_limit = 0.0f);
+void add_rms_norm_linear(float* residual, const float* x, const float* weight, int64_t m,
+                         float eps, float* y, const LinearOutput* outs, int count);
+
 // y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight; rows of length n.
 // y may alias x.
 void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y);

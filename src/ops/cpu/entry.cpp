@@ -35,22 +35,59 @@ const uint16_t* bf16_activations(const cpu::KernelTable& kt, const float* x, int
   return out;
 }
 
+// Where a linear_multi's x comes from: given rows, or the output of the op
+// before it (ops.h silu_mul_linear, add_rms_norm_linear), computed here.
+struct XSource {
+  enum class Op { Rows, SiluMul, AddRmsNorm } op = Op::Rows;
+  const float* x = nullptr;  // Rows: x; SiluMul: gate_up; AddRmsNorm: the addend
+  float* residual = nullptr;  // AddRmsNorm: updated in place
+  const float* weight = nullptr;
+  float eps = 0.0f, swiglu_limit = 0.0f;
+  float* out = nullptr;  // the op's output rows (act / the normed rows)
+};
+
+// Rows [0, m) of src's op into out (and res: the updated residual rows,
+// AddRmsNorm): the kernels ops::silu_mul / ops::add_rms_norm run, so the
+// same bits. res may be src.residual itself.
+void run_source_rows(const cpu::KernelTable& kt, const XSource& src, int64_t m, int64_t k,
+                     float* res, float* out) {
+  if (src.op == XSource::Op::SiluMul) {
+    kt.silu_mul_rows(src.x, k, src.swiglu_limit, out, 0, m);
+  } else {
+    if (res != src.residual) std::copy_n(src.residual, m * k, res);
+    kt.add_rms_norm_rows(res, src.x, src.weight, k, src.eps, out, 0, m);
+  }
+}
+
 // x as the kernels of a linear_multi take it: rounded to bf16 and/or
 // quantized to int8 (each only where some output needs it).
 struct Activations {
   const uint16_t* xb = nullptr;
   cpu::QuantizedRows xq{};
+  const float* xf = nullptr;   // a computed source's rows (own copy)
+  const float* res = nullptr;  // ... and its updated residual rows
 };
 
 // This thread's own copy of x for linear_multi call `call` (ids unique per
-// call), converted at its first use in that call.
-const Activations& own_activations(uint64_t call, const cpu::KernelTable& kt, const float* x,
-                                   int64_t m, int64_t k, bool bf16, bool i8) {
+// call), converted (and, for a computed source, computed) at its first use
+// in that call.
+const Activations& own_activations(uint64_t call, const cpu::KernelTable& kt,
+                                   const XSource& src, int64_t m, int64_t k, bool bf16, bool i8) {
   thread_local uint64_t converted = 0;
   thread_local Activations own;
   thread_local std::vector<uint16_t> buffer;
+  thread_local std::vector<float> xf, res;
   if (converted != call) {
     own = {};
+    const float* x = src.x;
+    if (src.op != XSource::Op::Rows) {
+      const auto count = static_cast<size_t>(m * k);
+      if (xf.size() < count) xf.resize(count);
+      if (src.op == XSource::Op::AddRmsNorm && res.size() < count) res.resize(count);
+      run_source_rows(kt, src, m, k, res.data(), xf.data());
+      x = own.xf = xf.data();
+      own.res = res.data();
+    }
     if (bf16) {
       if (buffer.size() < static_cast<size_t>(m * k)) buffer.resize(static_cast<size_t>(m * k));
       kt.bf16_rows(x, m * k, buffer.data());
@@ -62,6 +99,8 @@ const Activations& own_activations(uint64_t call, const cpu::KernelTable& kt, co
   return own;
 }
 
+void linear_multi_from(const XSource& source, int64_t m, const LinearOutput* outs, int count);
+
 }  // namespace
 
 void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float* y, int64_t ldy) {
@@ -70,9 +109,43 @@ void linear(const float* x, int64_t m, const Matrix& w, const float* bias, float
 }
 
 void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count) {
+  XSource src;
+  src.x = x;
+  linear_multi_from(src, m, outs, count);
+}
+
+void silu_mul_linear(const float* gate_up, int64_t m, int64_t inter, float* act,
+                     const LinearOutput& out, float swiglu_limit) {
+  PAGODA_CHECK(swiglu_limit >= 0.0f, "silu_mul: swiglu_limit {} (0: none)", swiglu_limit);
+  PAGODA_CHECK(out.w->cols == inter, "silu_mul_linear: {} cols for {} features", out.w->cols,
+               inter);
+  XSource src;
+  src.op = XSource::Op::SiluMul;
+  src.x = gate_up;
+  src.swiglu_limit = swiglu_limit;
+  src.out = act;
+  linear_multi_from(src, m, &out, 1);
+}
+
+void add_rms_norm_linear(float* residual, const float* x, const float* weight, int64_t m,
+                         float eps, float* y, const LinearOutput* outs, int count) {
+  XSource src;
+  src.op = XSource::Op::AddRmsNorm;
+  src.x = x;
+  src.residual = residual;
+  src.weight = weight;
+  src.eps = eps;
+  src.out = y;
+  linear_multi_from(src, m, outs, count);
+}
+
+namespace {
+
+void linear_multi_from(const XSource& source, int64_t m, const LinearOutput* outs, int count) {
   PAGODA_CHECK(count >= 1 && count <= kMaxLinearOutputs,
                "linear_multi: {} outputs (1 to {} allowed)", count, kMaxLinearOutputs);
   if (m <= 0) return;
+  const float* x = source.x;
   const int64_t k = outs[0].w->cols;
   bool all_bf16 = true, any_packed = false, any_i8 = false;
   for (int i = 0; i < count; ++i) {
@@ -109,9 +182,25 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
   // is converted once, in parallel, here (rows_per_thread(k) rows a thread,
   // as bf16_activations and quantize_rows_i8 split it).
   const bool need_bf16 = bf16_dot || packed_native;
+  // A computed x (silu_mul_linear, add_rms_norm_linear) goes the same way:
+  // in an own copy, every thread computes the rows for itself from the op's
+  // inputs, so no thread waits on one computing them alone and then reads
+  // its lines (two serial steps fewer per fused op; bench/every_cpu.md,
+  // session 25); the caller writes the op's outputs after the join (its
+  // residual update only then: the others read the old rows until the
+  // join). Otherwise the op runs first, in parallel, and x is its output.
   const bool own_copy = (need_bf16 || any_i8) && m < 2 * rows_per_thread(k) && num_threads() > 1;
   static std::atomic<uint64_t> calls{0};
   const uint64_t call = own_copy ? calls.fetch_add(1, std::memory_order_relaxed) + 1 : 0;
+  const bool computed = source.op != XSource::Op::Rows;
+  if (computed && !own_copy) {
+    if (source.op == XSource::Op::SiluMul) {
+      silu_mul(source.x, m, k, source.out, source.swiglu_limit);
+    } else {
+      add_rms_norm(source.residual, source.x, source.weight, m, k, source.eps, source.out);
+    }
+    x = source.out;
+  }
   Activations shared;
   if (!own_copy) {
     if (any_i8) shared.xq = cpu::quantize_activations(x, m, k);
@@ -127,16 +216,16 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
     unit_begin[i + 1] = unit_begin[i] + (w.rows + unit_cols(w) - 1) / unit_cols(w);
   }
   const int64_t units = unit_begin[count];
-  if (units == 0) return;
   // Split output columns: each thread streams its own slice of the weights
   // once. A unit is worth a thread when it carries ~64K multiply-adds;
   // chunks taper down to one unit so the threads end together.
   const int64_t min_units = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kColumnUnit * k * m));
-  parallel_for_tapered(units, min_units, 1, [&](int64_t u0, int64_t u1) {
+  if (units > 0) parallel_for_tapered(units, min_units, 1, [&](int64_t u0, int64_t u1) {
     const Activations& a =
-        own_copy ? own_activations(call, kt, x, m, k, need_bf16, any_i8) : shared;
+        own_copy ? own_activations(call, kt, source, m, k, need_bf16, any_i8) : shared;
     const cpu::QuantizedRows& xq = a.xq;
     const uint16_t* xb = a.xb;
+    const float* x_rows = own_copy && computed ? a.xf : x;  // for the kernels that read f32 x
     for (int i = 0; i < count; ++i) {
       const int64_t lo = std::max(u0, unit_begin[i]), hi = std::min(u1, unit_begin[i + 1]);
       if (lo >= hi) continue;
@@ -152,30 +241,37 @@ void linear_multi(const float* x, int64_t m, const LinearOutput* outs, int count
         if (packed_native) {
           kt.linear_bf16_packed(xb, m, w, k, n, ldy, o.bias, o.y, u_lo, u_hi);
         } else if (kt.linear_bf16_packed_f32) {
-          kt.linear_bf16_packed_f32(x, m, w, k, n, ldy, o.bias, o.y, u_lo, u_hi);
+          kt.linear_bf16_packed_f32(x_rows, m, w, k, n, ldy, o.bias, o.y, u_lo, u_hi);
         } else {
-          cpu::linear_packed_portable(x, m, *o.w, ldy, o.bias, o.y, u_lo, u_hi);
+          cpu::linear_packed_portable(x_rows, m, *o.w, ldy, o.bias, o.y, u_lo, u_hi);
         }
         continue;
       }
       const int64_t n0 = u_lo * kColumnUnit, n1 = std::min(n, u_hi * kColumnUnit);
       if (o.w->dtype == DType::F4E2M1) {
-        kt.linear_fp4(x, m, static_cast<const uint8_t*>(o.w->data), o.w->e8m0_scales, k, ldy,
+        kt.linear_fp4(x_rows, m, static_cast<const uint8_t*>(o.w->data), o.w->e8m0_scales, k, ldy,
                       o.bias, o.y, n0, n1);
       } else if (o.w->dtype == DType::F8E4M3) {
-        kt.linear_fp8(x, m, static_cast<const uint8_t*>(o.w->data), o.w->block_scales, k, ldy,
+        kt.linear_fp8(x_rows, m, static_cast<const uint8_t*>(o.w->data), o.w->block_scales, k, ldy,
                       o.bias, o.y, n0, n1);
       } else if (bf16_dot) {
         kt.linear_bf16_dot(xb, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0,
                            n1);
       } else if (o.w->dtype == DType::BF16) {
-        kt.linear_bf16(x, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0, n1);
+        kt.linear_bf16(x_rows, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0, n1);
       } else {
-        kt.linear_f32(x, m, static_cast<const float*>(o.w->data), k, ldy, o.bias, o.y, n0, n1);
+        kt.linear_f32(x_rows, m, static_cast<const float*>(o.w->data), k, ldy, o.bias, o.y, n0, n1);
       }
     }
   });
+  if (own_copy && computed) {  // the op's outputs, from the caller's copy
+    const Activations& a = own_activations(call, kt, source, m, k, need_bf16, any_i8);
+    std::copy_n(a.xf, m * k, source.out);
+    if (source.op == XSource::Op::AddRmsNorm) std::copy_n(a.res, m * k, source.residual);
+  }
 }
+
+}  // namespace
 
 void silu_mul(const float* gate_up, int64_t m, int64_t inter, float* out, float swiglu_limit) {
   PAGODA_CHECK(swiglu_limit >= 0.0f, "silu_mul: swiglu_limit {} (0: none)", swiglu_limit);
