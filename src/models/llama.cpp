@@ -260,12 +260,10 @@ void LlamaModel::attention(const LayerWeights& w, const BatchMetadata& batch,
   in.rot_dim = hd;
   in.cos_sin = ws_.cos_sin.data();
   in.slot_mapping = group.slot_mapping.data();
-  ops::prepare_attention_inputs(in, layout, k_cache, v_cache);
-
   ops::AttentionBatch ab = attention_batch(batch, group);
   ab.sliding_window = static_cast<int>(w.sliding_window);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ops::paged_attention(ws_.q.data(), k_cache, v_cache, layout, ab, q_heads, scale, ws_.attn.data());
+  ops::paged_attention(in, k_cache, v_cache, layout, ab, scale, ws_.attn.data());
   ops::linear(ws_.attn.data(), tokens, w.o, nullptr, ws_.proj.data());
   comm_.all_reduce_sum(ws_.proj.data(), tokens * c.hidden_size);  // row-parallel o_proj
 }

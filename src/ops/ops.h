@@ -285,6 +285,16 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                      const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
                      float scale, float* out);
 
+// prepare_attention_inputs(in, layout, k_cache, v_cache), then
+// paged_attention of in.q (in.num_q_heads heads), as one op with the same
+// bits. When every sequence's new rows fit one tile of the attention
+// (decode rows), each work item first prepares its own rows' kv heads and
+// their q heads: no pass by one thread before the attention (whose q and K
+// rows the others then read from it), and each thread attends the rows it
+// has just written. Otherwise the two run in turn.
+void paged_attention(const AttentionInputs& in, void* k_cache, void* v_cache,
+                     const KVLayout& layout, const AttentionBatch& batch, float scale, float* out);
+
 // ---- MLA: attention over a paged latent cache (DeepSeek V2/V3) ---------
 // One layer's cache is one array [num_blocks, block_size, entry_dim] of
 // layout.dtype (F32, or BF16 with the rounding rules of KVLayout), with

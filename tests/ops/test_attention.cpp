@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -551,6 +553,103 @@ TEST_P(PagedAttention, DecodeRowsOfShortAndLongContextsEqualTheirPromptRows) {
         run_rows(st, c, r, r + 1, alone);
         ASSERT_EQ(rows_of(alone, r, r + 1, width), rows_of(whole, r, r + 1, width))
             << "row " << r << " (" << r + 1 << " keys)";
+      }
+    }
+  }
+}
+
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
+  return bits;
+}
+
+TEST_P(PagedAttention, WithInputsEqualsPrepareThenAttention) {
+  // paged_attention(AttentionInputs) against prepare_attention_inputs then
+  // paged_attention: the same q, k, cache and output bits. Decode batches
+  // (each work item prepares its own rows and kv heads; a GQA group of 64
+  // is two work items per kv head on the f32 path, so prepared whole
+  // first), and the mixed batch (prepared whole first), with and without
+  // qk-norm, on 1, 2 and 5 threads, both flash settings.
+  const Seqs decode = {{23, 1}, {40, 1}, {5, 1}, {70, 1}, {0, 1}, {7, 0}, {33, 1}};
+  for (bool flash : {true, false}) {
+    const ScopedFlash path(flash);
+    for (const Seqs& seqs : {decode, kSeqs}) {
+      for (DType kv : kKvDtypes) {
+        for (const Case& base : {Case{16, 8, 128, 16, 0}, Case{8, 2, 64, 3, 5},
+                                 Case{64, 1, 32, 16, 0}}) {
+          const Case c = with_kv(base, kv);
+          std::mt19937 rng(47);
+          const Step st = build_step(c, rng, seqs);
+          const int64_t tokens = st.qsl.back(), row = int64_t{c.kv_heads} * c.head_dim;
+          const auto k0 = random_vec(tokens * row, rng), v = random_vec(tokens * row, rng);
+          const auto q_norm = random_vec(c.head_dim, rng), k_norm = random_vec(c.head_dim, rng);
+          std::vector<int32_t> positions;
+          std::vector<int64_t> slots;
+          for (size_t s = 0; s < seqs.size(); ++s) {
+            for (int j = 0; j < seqs[s].second; ++j) {
+              const int p = seqs[s].first + j;
+              positions.push_back(p);
+              slots.push_back(int64_t{st.tables[s * st.max_blocks + p / c.block_size]} *
+                                  c.block_size +
+                              p % c.block_size);
+            }
+          }
+          std::vector<float> inv_freq(c.head_dim / 2);
+          for (int i = 0; i < c.head_dim / 2; ++i)
+            inv_freq[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
+          for (bool qk_norm : {false, true}) {
+            for (int threads : {1, 2, 5}) {
+              const ScopedThreads scoped(threads);
+              const std::string what = describe(c) + (qk_norm ? " qk-norm" : "") + " threads " +
+                                       std::to_string(threads) + " seqs " +
+                                       std::to_string(seqs.size()) + (flash ? "" : " no flash");
+              // Each way's q, k and caches, from the same start.
+              struct Way {
+                std::vector<float> q, k, kf, vf, out;
+                std::vector<uint16_t> kb, vb;
+                AttentionInputs in;
+              } sep, fused;
+              for (Way* w : {&sep, &fused}) {
+                w->q = st.q, w->k = k0, w->kf = st.k_cache, w->vf = st.v_cache;
+                w->kb = st.k_bf16, w->vb = st.v_bf16;
+                w->out.assign(st.q.size(), NAN);
+                AttentionInputs& in = w->in;
+                in.q = w->q.data();
+                in.k = w->k.data();
+                in.v = v.data();
+                in.num_tokens = tokens;
+                in.num_q_heads = c.q_heads;
+                in.q_norm = qk_norm ? q_norm.data() : nullptr;
+                in.k_norm = qk_norm ? k_norm.data() : nullptr;
+                in.positions = positions.data();
+                in.inv_freq = inv_freq.data();
+                in.rot_dim = c.head_dim;
+                in.slot_mapping = slots.data();
+              }
+              auto k_of = [&](Way& w) -> void* {
+                return kv == DType::BF16 ? (void*)w.kb.data() : w.kf.data();
+              };
+              auto v_of = [&](Way& w) -> void* {
+                return kv == DType::BF16 ? (void*)w.vb.data() : w.vf.data();
+              };
+              const AttentionBatch batch = st.batch(c.window);
+              prepare_attention_inputs(sep.in, st.layout, k_of(sep), v_of(sep));
+              paged_attention(sep.q.data(), k_of(sep), v_of(sep), st.layout, batch, c.q_heads,
+                              scale_of(c), sep.out.data());
+              paged_attention(fused.in, k_of(fused), v_of(fused), st.layout, batch, scale_of(c),
+                              fused.out.data());
+              EXPECT_EQ(bits_of(fused.q), bits_of(sep.q)) << what;
+              EXPECT_EQ(bits_of(fused.k), bits_of(sep.k)) << what;
+              // Unwritten cache slots are NaN: compared as bits.
+              EXPECT_TRUE(bits_of(fused.kf) == bits_of(sep.kf) &&
+                          bits_of(fused.vf) == bits_of(sep.vf) && fused.kb == sep.kb &&
+                          fused.vb == sep.vb)
+                  << what;
+              EXPECT_EQ(bits_of(fused.out), bits_of(sep.out)) << what;
+            }
+          }
+        }
       }
     }
   }

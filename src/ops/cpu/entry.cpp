@@ -381,9 +381,40 @@ int kv_heads_per_item(const std::vector<RowTile>& tiles, int kv_heads, int max_h
 // parallel_for cuts up to 4 chunks per thread, so this applies when there
 // are more items than that (2 threads: a batch-32 decode's 32 items are 8
 // chunks of 4); with many threads and few items, a tile starts cold.
-template <typename MakeTile>
+// The prepare_attention_inputs of a fused paged_attention (ops.h): its
+// inputs and the caches it writes; in == null: the inputs are prepared.
+struct Prepare {
+  const AttentionInputs* in = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+};
+
+// Whether a fused paged_attention's work items can each prepare their own
+// rows and kv heads before attending them (else the whole op runs first):
+// when every sequence's new rows are one row tile, the only new keys a tile
+// reads are its own rows', which its items write (items of other kv heads
+// or sequences touch other rows and slots); and every token belongs to a
+// sequence. Decode steps: no serial pass before attention, and the thread
+// that attends a kv head has just written its rows.
+bool prepare_in_items(const Prepare& prep, const std::vector<RowTile>& tiles,
+                      const AttentionBatch& batch) {
+  if (prep.in == nullptr || batch.query_start_loc[batch.num_seqs] != prep.in->num_tokens)
+    return false;
+  int64_t seqs_with_rows = 0;
+  for (int s = 0; s < batch.num_seqs; ++s)
+    seqs_with_rows += batch.query_start_loc[s + 1] > batch.query_start_loc[s];
+  return static_cast<int64_t>(tiles.size()) == seqs_with_rows;
+}
+
+// All of prep's work before the attention, where the items cannot each do
+// their part (nothing if the inputs are prepared).
+void prepare_all(const Prepare& prep, const KVLayout& layout) {
+  if (prep.in != nullptr) prepare_attention_inputs(*prep.in, layout, prep.k_cache, prep.v_cache);
+}
+
+template <typename MakeTile, typename PrepareItem>
 void run_tiles(int64_t items, int64_t scratch_floats, const MakeTile& make_tile,
-               void (*kernel)(const cpu::AttentionTile&, float*)) {
+               void (*kernel)(const cpu::AttentionTile&, float*), const PrepareItem& prepare_item) {
   parallel_for(items, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scratch;  // grown once per thread
     if (scratch.size() < static_cast<size_t>(scratch_floats))
@@ -396,6 +427,7 @@ void run_tiles(int64_t items, int64_t scratch_floats, const MakeTile& make_tile,
         tile[(item + 1) % 2] = make_tile(item + 1);
         a.next = &tile[(item + 1) % 2];
       }
+      prepare_item(item);
       kernel(a, scratch.data());
     }
   });
@@ -406,7 +438,7 @@ void run_tiles(int64_t items, int64_t scratch_floats, const MakeTile& make_tile,
 // heads, kv_heads_per_item).
 void flash_attention_tiles(const float* q, const void* k_cache, const void* v_cache,
                            const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
-                           float scale, float* out) {
+                           float scale, float* out, const Prepare& prep) {
   const int hd = layout.head_dim, kv_heads = layout.num_kv_heads, bs = layout.block_size;
   const int group = num_q_heads / kv_heads;
   const int tile_rows = cpu::kFlashQueries / group;
@@ -422,6 +454,15 @@ void flash_attention_tiles(const float* q, const void* k_cache, const void* v_ca
   // Item = (row tile, kv_per_item kv heads), kv-head-major: a thread's
   // consecutive items share kv heads.
   const auto num_tiles = static_cast<int64_t>(tiles.size());
+  const bool in_items = prepare_in_items(prep, tiles, batch);
+  if (!in_items) prepare_all(prep, layout);
+  auto prepare_item = [&](int64_t item) {
+    if (!in_items) return;
+    const RowTile& tile = tiles[item % num_tiles];
+    const int kvh = static_cast<int>(item / num_tiles) * kv_per_item;
+    cpu::prepare_attention_rows(*prep.in, layout, prep.k_cache, prep.v_cache, tile.row0,
+                                tile.row0 + tile.rows, kvh, kvh + kv_per_item);
+  };
   auto make_tile = [&](int64_t item) {
     const RowTile& tile = tiles[item % num_tiles];
     const int kvh = static_cast<int>(item / num_tiles) * kv_per_item;
@@ -436,7 +477,7 @@ void flash_attention_tiles(const float* q, const void* k_cache, const void* v_ca
     return a;
   };
   run_tiles(num_tiles * (kv_heads / kv_per_item), cpu::flash_scratch_floats(hd) * kv_per_item,
-            make_tile, cpu::active_kernels().attention_bf16_flash);
+            make_tile, cpu::active_kernels().attention_bf16_flash, prepare_item);
 }
 
 }  // namespace
@@ -444,9 +485,11 @@ void flash_attention_tiles(const float* q, const void* k_cache, const void* v_ca
 void set_flash_attention(bool on) { flash_attention_on.store(on, std::memory_order_relaxed); }
 bool flash_attention_enabled() { return flash_attention_on.load(std::memory_order_relaxed); }
 
-void paged_attention(const float* q, const void* k_cache, const void* v_cache,
-                     const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
-                     float scale, float* out) {
+namespace {
+
+void attention(const float* q, const void* k_cache, const void* v_cache, const KVLayout& layout,
+               const AttentionBatch& batch, int num_q_heads, float scale, float* out,
+               const Prepare& prep) {
   const int hd = layout.head_dim, kv_heads = layout.num_kv_heads, bs = layout.block_size;
   PAGODA_CHECK(hd > 0 && kv_heads > 0 && bs > 0 && num_q_heads % kv_heads == 0,
                "paged_attention: head_dim {} block_size {} q heads {} kv heads {}", hd, bs,
@@ -466,7 +509,7 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
   const cpu::KernelTable& kt = cpu::active_kernels();
   if (kt.attention_bf16_flash && flash_attention_enabled() && layout.dtype == DType::BF16 &&
       hd % 32 == 0 && num_q_heads / kv_heads <= cpu::kFlashQueries) {
-    flash_attention_tiles(q, k_cache, v_cache, layout, batch, num_q_heads, scale, out);
+    flash_attention_tiles(q, k_cache, v_cache, layout, batch, num_q_heads, scale, out, prep);
     return;
   }
   // Tiles: up to kMaxTileQueries queries = tile_rows consecutive rows of a
@@ -483,6 +526,16 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
       tiles, kv_heads,
       head_blocks == 1 ? cpu::kMaxTileQueries / (max_tile_rows(tiles) * tile_heads) : 1);
   const int64_t per_tile = int64_t{kv_heads / kv_per_item} * head_blocks;
+  // An item prepares its rows only if it holds all q heads of its kv heads.
+  const bool in_items = head_blocks == 1 && prepare_in_items(prep, tiles, batch);
+  if (!in_items) prepare_all(prep, layout);
+  auto prepare_item = [&](int64_t item) {
+    if (!in_items) return;
+    const RowTile& tile = tiles[item / per_tile];
+    const int kvh = static_cast<int>(item % per_tile) * kv_per_item;
+    cpu::prepare_attention_rows(*prep.in, layout, prep.k_cache, prep.v_cache, tile.row0,
+                                tile.row0 + tile.rows, kvh, kvh + kv_per_item);
+  };
   const int64_t block_stride = int64_t{kv_heads} * bs * hd;
   const int64_t q_row_stride = int64_t{num_q_heads} * hd;
   const auto tile_kernel = layout.dtype == DType::BF16 ? kt.attention_bf16_kv : kt.attention;
@@ -504,7 +557,22 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache,
     return a;
   };
   run_tiles(static_cast<int64_t>(tiles.size()) * per_tile, cpu::attention_scratch_floats(hd),
-            make_tile, tile_kernel);
+            make_tile, tile_kernel, prepare_item);
+}
+
+}  // namespace
+
+void paged_attention(const float* q, const void* k_cache, const void* v_cache,
+                     const KVLayout& layout, const AttentionBatch& batch, int num_q_heads,
+                     float scale, float* out) {
+  attention(q, k_cache, v_cache, layout, batch, num_q_heads, scale, out, Prepare{});
+}
+
+void paged_attention(const AttentionInputs& in, void* k_cache, void* v_cache,
+                     const KVLayout& layout, const AttentionBatch& batch, float scale, float* out) {
+  cpu::check_attention_inputs(in, layout);
+  attention(in.q, k_cache, v_cache, layout, batch, in.num_q_heads, scale, out,
+            Prepare{&in, k_cache, v_cache});
 }
 
 }  // namespace pagoda::ops

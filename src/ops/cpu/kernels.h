@@ -179,13 +179,15 @@ constexpr int64_t mla_scratch_floats(int64_t kv_lora, int64_t fp8_entry_dim = 0)
 }
 
 // Stores one token's k and v rows ([num_kv_heads, head_dim], f32) at its
-// slot, as layout.dtype (bf16: round to nearest even, f32_to_bf16). A
-// token's rows are a few KB per layer, so a scalar conversion costs little
-// next to the projections that made them.
+// slot, as layout.dtype (bf16: round to nearest even, f32_to_bf16): kv
+// heads [h0, h1), every one by default. A token's rows are a few KB per
+// layer, so a scalar conversion costs little next to the projections that
+// made them.
 inline void write_kv_token(const float* k, const float* v, int64_t slot, const KVLayout& layout,
-                           void* k_cache, void* v_cache) {
+                           void* k_cache, void* v_cache, int h0 = 0, int h1 = -1) {
   const int hd = layout.head_dim;
-  for (int h = 0; h < layout.num_kv_heads; ++h) {
+  if (h1 < 0) h1 = layout.num_kv_heads;
+  for (int h = h0; h < h1; ++h) {
     const int64_t to = layout.row_offset(slot, h);
     const float* kh = k + int64_t{h} * hd;
     const float* vh = v + int64_t{h} * hd;
@@ -201,6 +203,14 @@ inline void write_kv_token(const float* k, const float* v, int64_t slot, const K
     }
   }
 }
+
+// prepare_attention_inputs' checks, and its work (ops.h) for tokens [t0,
+// t1) and kv heads [kv_h0, kv_h1) only: their k rows, the q heads of their
+// GQA groups and their KV slots (attention_inputs.cpp). Heads and tokens
+// are independent, so any cut of them gives the whole op's bits.
+void check_attention_inputs(const AttentionInputs& in, const KVLayout& layout);
+void prepare_attention_rows(const AttentionInputs& in, const KVLayout& layout, void* k_cache,
+                            void* v_cache, int64_t t0, int64_t t1, int kv_h0, int kv_h1);
 
 struct KernelTable {
   // y[:, n0:n1] = x[m, k] * w[n0:n1, k]^T (+ bias); y has row stride n
