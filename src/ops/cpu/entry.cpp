@@ -249,18 +249,20 @@ void linear_multi_from(const XSource& source, int64_t m, const LinearOutput* out
       }
       const int64_t n0 = u_lo * kColumnUnit, n1 = std::min(n, u_hi * kColumnUnit);
       if (o.w->dtype == DType::F4E2M1) {
-        kt.linear_fp4(x_rows, m, static_cast<const uint8_t*>(o.w->data), o.w->e8m0_scales, k, ldy,
-                      o.bias, o.y, n0, n1);
+        kt.linear_fp4(x_rows, m, static_cast<const uint8_t*>(o.w->data), o.w->e8m0_scales, k,
+                      ldy, o.bias, o.y, n0, n1);
       } else if (o.w->dtype == DType::F8E4M3) {
-        kt.linear_fp8(x_rows, m, static_cast<const uint8_t*>(o.w->data), o.w->block_scales, k, ldy,
-                      o.bias, o.y, n0, n1);
+        kt.linear_fp8(x_rows, m, static_cast<const uint8_t*>(o.w->data), o.w->block_scales, k,
+                      ldy, o.bias, o.y, n0, n1);
       } else if (bf16_dot) {
         kt.linear_bf16_dot(xb, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0,
                            n1);
       } else if (o.w->dtype == DType::BF16) {
-        kt.linear_bf16(x_rows, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y, n0, n1);
+        kt.linear_bf16(x_rows, m, static_cast<const uint16_t*>(o.w->data), k, ldy, o.bias, o.y,
+                       n0, n1);
       } else {
-        kt.linear_f32(x_rows, m, static_cast<const float*>(o.w->data), k, ldy, o.bias, o.y, n0, n1);
+        kt.linear_f32(x_rows, m, static_cast<const float*>(o.w->data), k, ldy, o.bias, o.y, n0,
+                      n1);
       }
     }
   });
@@ -375,12 +377,6 @@ int kv_heads_per_item(const std::vector<RowTile>& tiles, int kv_heads, int max_h
   return 1;
 }
 
-// Runs work items [0, items) over the threads, each a tile from
-// make_tile(item); a tile knows the one its thread runs next within its
-// chunk (AttentionTile::next), whose first keys the kernel prefetches.
-// parallel_for cuts up to 4 chunks per thread, so this applies when there
-// are more items than that (2 threads: a batch-32 decode's 32 items are 8
-// chunks of 4); with many threads and few items, a tile starts cold.
 // The prepare_attention_inputs of a fused paged_attention (ops.h): its
 // inputs and the caches it writes; in == null: the inputs are prepared.
 struct Prepare {
@@ -412,6 +408,13 @@ void prepare_all(const Prepare& prep, const KVLayout& layout) {
   if (prep.in != nullptr) prepare_attention_inputs(*prep.in, layout, prep.k_cache, prep.v_cache);
 }
 
+// Runs work items [0, items) over the threads, each a tile from
+// make_tile(item), after prepare_item(item); a tile knows the one its
+// thread runs next within its chunk (AttentionTile::next), whose first keys
+// the kernel prefetches.
+// parallel_for cuts up to 4 chunks per thread, so this applies when there
+// are more items than that (2 threads: a batch-32 decode's 32 items are 8
+// chunks of 4); with many threads and few items, a tile starts cold.
 template <typename MakeTile, typename PrepareItem>
 void run_tiles(int64_t items, int64_t scratch_floats, const MakeTile& make_tile,
                void (*kernel)(const cpu::AttentionTile&, float*), const PrepareItem& prepare_item) {
