@@ -560,7 +560,7 @@ TEST_P(PagedAttention, DecodeRowsOfShortAndLongContextsEqualTheirPromptRows) {
 
 std::vector<uint32_t> bits_of(const std::vector<float>& v) {
   std::vector<uint32_t> bits(v.size());
-  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));  // else null
   return bits;
 }
 
