@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/ops.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -653,6 +654,41 @@ TEST_P(PagedAttention, WithInputsEqualsPrepareThenAttention) {
       }
     }
   }
+}
+
+TEST(PagedAttentionChecks, WithInputsRefusesBadInputsBeforeWritingTheCache) {
+  // The fused op checks what prepare_attention_inputs checks (an odd
+  // rot_dim here) before any q, k or cache element changes.
+  const Case c{4, 2, 8, 4, 0};
+  std::mt19937 rng(49);
+  const Step st = build_step(c, rng, {{3, 1}});
+  auto q = st.q;
+  auto k = random_vec(int64_t{c.kv_heads} * c.head_dim, rng);
+  const auto k0 = k, v = k, inv_freq = std::vector<float>(4, 1.0f);
+  const std::vector<int32_t> positions = {3};
+  const std::vector<int64_t> slots = {3};
+  auto kc = st.k_cache, vc = st.v_cache;
+  AttentionInputs in;
+  in.q = q.data();
+  in.k = k.data();
+  in.v = v.data();
+  in.num_tokens = 1;
+  in.num_q_heads = c.q_heads;
+  in.positions = positions.data();
+  in.inv_freq = inv_freq.data();
+  in.rot_dim = 3;
+  in.slot_mapping = slots.data();
+  std::vector<float> out(q.size(), 7.0f);
+  try {
+    paged_attention(in, kc.data(), vc.data(), st.layout, st.batch(0), scale_of(c), out.data());
+    ADD_FAILURE() << "an odd rot_dim was accepted";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("rot_dim 3 must be even"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(bits_of(q), bits_of(st.q));
+  EXPECT_EQ(bits_of(k), bits_of(k0));
+  EXPECT_EQ(bits_of(kc), bits_of(st.k_cache));
+  EXPECT_EQ(out, std::vector<float>(q.size(), 7.0f));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSupported, PagedAttention, ::testing::ValuesIn(supported_isas()),

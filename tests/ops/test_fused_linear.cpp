@@ -3,6 +3,7 @@
 // in turn, for decode rows (each thread computes the op's rows in its own
 // copy) and for many rows (the op runs first, shared), with both ops'
 // outputs written as the separate calls write them.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/ops.h"
 #include "ops/packed.h"
 #include "ops/reference.h"
@@ -117,6 +119,40 @@ TEST_P(FusedLinear, AddRmsNormLinearEqualsAddRmsNormThenLinearMulti) {
       }
     }
   }
+}
+
+TEST(FusedLinearChecks, BadCallsThrowNamingTheProblemBeforeWritingAnything) {
+  // A down matrix whose width is not the SwiGLU width, a negative clamp and
+  // a bad output count are refused before any output, residual or
+  // activation row is written.
+  using ::testing::HasSubstr;
+  using ::testing::ThrowsMessage;
+  const int64_t m = 2, inter = 8, n = 4;
+  const std::vector<float> wf(n * inter, 0.5f), gate_up(m * 2 * inter, 1.0f);
+  const Matrix down{wf.data(), DType::F32, n, inter},
+      narrow{wf.data(), DType::F32, n * 2, inter / 2};
+  const std::vector<float> untouched(m * inter, -3.0f);
+  std::vector<float> act = untouched, y = untouched;
+  EXPECT_THAT(
+      [&] {
+        silu_mul_linear(gate_up.data(), m, inter, act.data(), {&narrow, nullptr, y.data()});
+      },
+      ThrowsMessage<InternalError>(HasSubstr("silu_mul_linear: 4 cols for 8 features")));
+  EXPECT_THAT(
+      [&] {
+        silu_mul_linear(gate_up.data(), m, inter, act.data(), {&down, nullptr, y.data()}, -1.0f);
+      },
+      ThrowsMessage<InternalError>(HasSubstr("swiglu_limit -1")));
+  std::vector<float> residual = untouched;
+  EXPECT_THAT(
+      [&] {
+        add_rms_norm_linear(residual.data(), gate_up.data(), wf.data(), m, 1e-6f, act.data(),
+                            nullptr, 0);
+      },
+      ThrowsMessage<InternalError>(HasSubstr("linear_multi: 0 outputs")));
+  EXPECT_EQ(act, untouched);
+  EXPECT_EQ(y, untouched);
+  EXPECT_EQ(residual, untouched);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, FusedLinear, ::testing::ValuesIn(supported_isas()),
