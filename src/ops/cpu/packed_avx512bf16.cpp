@@ -34,6 +34,19 @@ constexpr int64_t kBlockPairs = 512;
 // a matrix's narrower last panel).
 template <int V>
 constexpr int64_t kPairStride = V * 32;
+// How far ahead (bf16 elements) a tile of R rows that streams its block from
+// memory asks for the panel's lines: far enough that the lines in flight
+// cover the memory latency at the rate the tile consumes them. A lone row
+// (decode) is bound by the stream and its own loads run ahead, so 4 KiB. A
+// tile of 6-8 rows spends ~20 cycles of arithmetic on a pair row, so few of
+// its loads are in flight and 4 KiB left it short of the bandwidth: m = 6
+// and 8 steps of linear_stream_bench took 30.7-34.1 ms at 4 KiB, 25.4-28.1
+// at 8 KiB and 25.7-28.5 at 12 KiB in the high-bandwidth state (read probe
+// 50-57 GB/s; the distance alternated step by step), and were even at ~31
+// GB/s; at 4 rows 4 and 8 KiB were even (Zen 4, bench/every_cpu.md
+// session 27).
+template <int R>
+constexpr int64_t kStreamAhead = R <= 4 ? 2048 : 4096;
 
 // acc[r][v] (+)= sum over pairs [p0, p1) of x row r's pair times the panel's
 // pair (V vectors), for rows x + r * ldx; y rows at y + r * ldy
@@ -63,15 +76,16 @@ __attribute__((noinline)) PAGODA_BF16_TARGET void panel_tile(const uint16_t* x, 
     for (int v = 0; v < V; ++v) w[v] = (__m512bh)_mm512_loadu_si512(b + 32 * v);
     if (ahead) __builtin_prefetch(ahead + (p - p0) * 64, 0, 1);
     if (stream) {
-      // The stream from memory: ask for all three lines of the pair row 4
-      // KiB ahead, into L2 (locality 1). A lone row (decode) is bound by it:
-      // asking for one line in four, or with the non-temporal hint, left it
-      // at ~70% of the read probe on Zen 4; this keeps it near 90%. At a
-      // few rows (batched decode) the hardware prefetcher alone also lags
-      // the tile's arithmetic: m = 8 steps of linear_stream_bench took
-      // 34.1-41.2 ms without, 30.9-36.8 with (Zen 5, interleaved pairs).
+      // The stream from memory: ask for all three lines of the pair row
+      // kStreamAhead<R> ahead, into L2 (locality 1). A lone row (decode) is
+      // bound by it: asking for one line in four, or with the non-temporal
+      // hint, left it at ~70% of the read probe on Zen 4; this keeps it
+      // near 90%. At a few rows (batched decode) the hardware prefetcher
+      // alone also lags the tile's arithmetic: m = 8 steps of
+      // linear_stream_bench took 34.1-41.2 ms without, 30.9-36.8 with (Zen
+      // 5, interleaved pairs).
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) __builtin_prefetch(b + 2048 + 32 * v, 0, 1);
+      for (int v = 0; v < V; ++v) __builtin_prefetch(b + kStreamAhead<R> + 32 * v, 0, 1);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
