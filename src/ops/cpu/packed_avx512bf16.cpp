@@ -38,13 +38,14 @@ constexpr int64_t kPairStride = V * 32;
 // memory asks for the panel's lines: far enough that the lines in flight
 // cover the memory latency at the rate the tile consumes them. A lone row
 // (decode) is bound by the stream and its own loads run ahead, so 4 KiB. A
-// tile of 6-8 rows spends 18-24 vdpbf16ps on a pair row, so few of
-// its own loads are in flight and 4 KiB left it short of the bandwidth: m =
-// 6 and 8 steps of linear_stream_bench took 30.3-34.2 ms (median 32.3) at 4
-// KiB, 25.4-30.2 (26.2) at 8 KiB and 25.5-28.5 (26.6) at 12 KiB in the
-// high-bandwidth state (read probe 50-60 GB/s; the distance alternated step
-// by step), and were even at ~31 GB/s; at 4 rows 4 and 8 KiB were even, and
-// at 1 row 8 KiB was slower (Zen 4, bench/batched_decode.md session 27).
+// tile of more than 4 rows (6 and 8 measured) spends 15-24 vdpbf16ps on a
+// pair row, so few of its own loads are in flight and 4 KiB left it short
+// of the bandwidth: m = 6 and 8 steps of linear_stream_bench took 30.3-34.2
+// ms (median 32.3) at 4 KiB, 25.4-30.2 (26.2) at 8 KiB and 25.5-28.5 (26.6)
+// at 12 KiB in the high-bandwidth state (read probe 50-60 GB/s; the
+// distance alternated step by step), and were even at ~31 GB/s; at 4 rows 4
+// and 8 KiB were even, and at 1 row 8 KiB was slower (Zen 4,
+// bench/batched_decode.md session 27).
 template <int R>
 constexpr int64_t kStreamAhead = R <= 4 ? 2048 : 4096;
 
